@@ -1,0 +1,238 @@
+"""One settings object, read from ``STREAMSHIFT_*`` environment variables.
+
+Every knob the kit has lives here, with its default and its parser, so a typo in a variable
+name or a malformed value fails at start-up with a message naming the variable, instead of
+surfacing later as a wrong table path or a Kafka time-out.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from streamshift.errors import StreamshiftError
+
+PREFIX = "STREAMSHIFT_"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Read by scripts/setup (the shell), not by the kit: known, so never reported as unknown.
+SHELL_ONLY = {"STREAMSHIFT_PYTHON"}
+
+
+class SettingsError(StreamshiftError, ValueError):
+    """A ``STREAMSHIFT_*`` variable is unknown or its value cannot be parsed."""
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise ValueError("expected a whole number") from None
+
+
+def _positive_int(text: str) -> int:
+    value = _int(text)
+    if value < 1:
+        raise ValueError("must be 1 or more")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise ValueError("must be 0 or more")
+    return value
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError("must be one of true/false, yes/no, on/off, 1/0")
+
+
+def _bootstrap(text: str) -> str:
+    servers = [s.strip() for s in text.split(",") if s.strip()]
+    if not servers:
+        raise ValueError("must list at least one host:port")
+    for server in servers:
+        host, sep, port = server.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"{server!r} is not host:port")
+    return ",".join(servers)
+
+
+def _one_of(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+        return text
+
+    return parse
+
+
+def _path(text: str) -> Path:
+    return Path(text).expanduser().resolve()
+
+
+def _float_non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError("expected a number") from None
+    if value < 0:
+        raise ValueError("must be 0 or more")
+    return value
+
+
+def _setting(default: Any, parse: Callable[[str], Any], doc: str) -> Any:
+    return field(default=default, metadata={"parse": parse, "doc": doc})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Configuration of one streamshift process; build it with :func:`load_settings`."""
+
+    home: Path = _setting(
+        Path("var").resolve(), _path, "root of warehouse, checkpoints, broker data, reports"
+    )
+    spark_master: str = _setting("local[*]", str, "Spark master URL")
+    spark_shuffle_partitions: int = _setting(
+        max(2, (os.cpu_count() or 2) * 2), _positive_int, "spark.sql.shuffle.partitions"
+    )
+    spark_driver_memory: str = _setting("2g", str, "spark.driver.memory")
+    spark_ui: bool = _setting(False, _bool, "start the Spark web UI")
+    jars_dir: Path = _setting(
+        REPO_ROOT / "jvm", _path, "folder holding spark/lib and kafka/lib (scripts/setup)"
+    )
+    kafka_bootstrap_servers: str = _setting(
+        "127.0.0.1:9092", _bootstrap, "Kafka bootstrap servers (host:port,...)"
+    )
+    kafka_security_protocol: str = _setting(
+        "PLAINTEXT", _one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"), "security.protocol"
+    )
+    kafka_sasl_mechanism: str = _setting("", str, "sasl.mechanism (PLAIN, SCRAM-SHA-512, ...)")
+    kafka_sasl_username: str = _setting("", str, "sasl.username")
+    kafka_sasl_password: str = _setting("", str, "sasl.password")
+    kafka_ssl_ca_location: str = _setting("", str, "ssl.ca.location (PEM file)")
+    kafka_topic_partitions: int = _setting(3, _positive_int, "partitions of created topics")
+    kafka_replication_factor: int = _setting(1, _positive_int, "replication of created topics")
+    kafka_retention_ms: int = _setting(
+        7 * 24 * 3600 * 1000, _positive_int, "retention.ms of created topics"
+    )
+    kafka_controller_port: int = _setting(
+        0, _non_negative_int, "local broker's KRaft controller port (0: broker port + 1)"
+    )
+    max_offsets_per_trigger: int = _setting(
+        200_000, _positive_int, "maxOffsetsPerTrigger of streaming jobs"
+    )
+    promotion_window: int = _setting(
+        5, _positive_int, "clean reconciled business dates needed to promote to stream"
+    )
+    notional_tolerance: float = _setting(
+        0.01, _float_non_negative, "absolute tolerance on notionals in reconciliation"
+    )
+
+    # ---- derived locations ------------------------------------------------------------
+    @property
+    def warehouse(self) -> Path:
+        return self.home / "warehouse"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.home / "checkpoints"
+
+    @property
+    def reports(self) -> Path:
+        return self.home / "reports"
+
+    @property
+    def kafka_data(self) -> Path:
+        return self.home / "kafka"
+
+    @property
+    def airflow_home(self) -> Path:
+        return self.home / "airflow"
+
+    @property
+    def spark_jars(self) -> list[Path]:
+        return sorted((self.jars_dir / "spark" / "lib").glob("*.jar"))
+
+    @property
+    def kafka_jars(self) -> list[Path]:
+        return sorted((self.jars_dir / "kafka" / "lib").glob("*.jar"))
+
+    def kafka_client_config(self) -> dict[str, str]:
+        """librdkafka (confluent-kafka) client settings: bootstrap plus any security options."""
+        config = {
+            "bootstrap.servers": self.kafka_bootstrap_servers,
+            "security.protocol": self.kafka_security_protocol,
+        }
+        optional = {
+            "sasl.mechanism": self.kafka_sasl_mechanism,
+            "sasl.username": self.kafka_sasl_username,
+            "sasl.password": self.kafka_sasl_password,
+            "ssl.ca.location": self.kafka_ssl_ca_location,
+        }
+        config.update({k: v for k, v in optional.items() if v})
+        return config
+
+    def spark_kafka_options(self) -> dict[str, str]:
+        """The same settings in the ``kafka.``-prefixed form Spark's Kafka source takes."""
+        options = {
+            "kafka.bootstrap.servers": self.kafka_bootstrap_servers,
+            "kafka.security.protocol": self.kafka_security_protocol,
+        }
+        if self.kafka_sasl_mechanism:
+            options["kafka.sasl.mechanism"] = self.kafka_sasl_mechanism
+        if self.kafka_sasl_username:
+            module = (
+                "org.apache.kafka.common.security.scram.ScramLoginModule"
+                if self.kafka_sasl_mechanism.startswith("SCRAM")
+                else "org.apache.kafka.common.security.plain.PlainLoginModule"
+            )
+            options["kafka.sasl.jaas.config"] = (
+                f'{module} required username="{self.kafka_sasl_username}" '
+                f'password="{self.kafka_sasl_password}";'
+            )
+        if self.kafka_ssl_ca_location:
+            options["kafka.ssl.truststore.type"] = "PEM"
+            options["kafka.ssl.truststore.location"] = self.kafka_ssl_ca_location
+        return options
+
+
+def env_name(field_name: str) -> str:
+    return PREFIX + field_name.upper()
+
+
+def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Build settings from the environment; raise :class:`SettingsError` naming the variable."""
+    environ = os.environ if environ is None else environ
+    known = {env_name(f.name): f for f in fields(Settings)}
+    unknown = sorted(k for k in environ if k.startswith(PREFIX) and k not in known.keys() | SHELL_ONLY)
+    if unknown:
+        raise SettingsError(
+            f"unknown setting {', '.join(unknown)}; known settings are: {', '.join(sorted(known))}"
+        )
+    values: dict[str, Any] = {}
+    for name, f in known.items():
+        if name in environ:
+            raw = environ[name]
+            try:
+                values[f.name] = f.metadata["parse"](raw)
+            except ValueError as exc:
+                raise SettingsError(
+                    f"{name}={raw!r} is not valid: {exc} ({f.metadata['doc']})"
+                ) from None
+    values.update(overrides)
+    return Settings(**values)
+
+
+def describe() -> list[tuple[str, str, str]]:
+    """(variable, default, meaning) for every setting, for ``streamshift settings``."""
+    return [(env_name(f.name), str(f.default), f.metadata["doc"]) for f in fields(Settings)]
