@@ -229,7 +229,9 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
                 raise SettingsError(
                     f"{name}={raw!r} is not valid: {exc} ({f.metadata['doc']})"
                 ) from None
-    values.update(overrides)
+    for name, value in overrides.items():  # text overrides parse like the environment's
+        parse = known[env_name(name)].metadata["parse"]
+        values[name] = parse(value) if isinstance(value, str) else value
     return Settings(**values)
 
 

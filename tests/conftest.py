@@ -1,0 +1,65 @@
+"""Shared fixtures: one local SparkSession with Delta, one real Kafka broker per session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# Tests never read the developer's STREAMSHIFT_* environment: each builds its own settings.
+for _name in [n for n in os.environ if n.startswith("STREAMSHIFT_") and n != "STREAMSHIFT_PYTHON"]:
+    del os.environ[_name]
+
+from streamshift.settings import Settings, load_settings  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def session_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("streamshift-home")
+
+
+@pytest.fixture(scope="session")
+def settings(session_home: Path) -> Settings:
+    return load_settings({}, home=session_home, spark_master="local[2]",
+                         spark_shuffle_partitions=2)
+
+
+@pytest.fixture(scope="session")
+def spark(settings: Settings):  # type: ignore[no-untyped-def]
+    from streamshift.spark import get_spark
+
+    session = get_spark(settings, app_name="streamshift-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory, settings: Settings) -> Iterator[str]:
+    """A real single-node KRaft broker on a free 127.0.0.1 port; yields its bootstrap."""
+    from streamshift.kafka import LocalBroker, free_port
+
+    broker = LocalBroker(
+        data_dir=tmp_path_factory.mktemp("kafka"),
+        port=free_port(),
+        controller_port=free_port(),
+        jars=settings.kafka_jars,
+        log4j_config=settings.jars_dir / "log4j2-kafka.properties",
+    )
+    broker.start()
+    yield broker.bootstrap
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_settings(settings: Settings, kafka_broker: str) -> Settings:
+    """Settings pointing at the test broker."""
+    from dataclasses import replace
+
+    return replace(settings, kafka_bootstrap_servers=kafka_broker)
+
+
+@pytest.fixture
+def table_root(tmp_path: Path) -> Path:
+    return tmp_path / "tables"

@@ -1,0 +1,72 @@
+"""`streamshift kafka start|status|stop` as a user runs them, in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from streamshift.kafka import free_port
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+
+def _run(home: Path, port: int, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
+    env["STREAMSHIFT_HOME"] = str(home)
+    env["STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS"] = f"127.0.0.1:{port}"
+    env["STREAMSHIFT_KAFKA_CONTROLLER_PORT"] = str(free_port())
+    return subprocess.run(
+        [sys.executable, "-m", "streamshift.cli", *args],
+        env=env, capture_output=True, text=True, timeout=180,
+    )
+
+
+def test_start_status_stop_like_a_user(tmp_path: Path) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    port = free_port()
+    try:
+        started = _run(tmp_path, port, "kafka", "start")
+        assert started.returncode == 0, started.stderr
+        assert f"running (pid" in started.stdout
+        assert (tmp_path / "kafka" / "logs" / "meta.properties").exists()  # storage formatted
+
+        # the broker really serves requests, on loopback
+        metadata = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"}).list_topics(timeout=10)
+        assert [b.host for b in metadata.brokers.values()] == ["127.0.0.1"]
+
+        again = _run(tmp_path, port, "kafka", "start")
+        assert again.returncode == 0
+        assert "already running" in again.stdout
+
+        status = _run(tmp_path, port, "kafka", "status")
+        assert status.returncode == 0 and "running (pid" in status.stdout
+    finally:
+        stopped = _run(tmp_path, port, "kafka", "stop")
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout
+
+    status = _run(tmp_path, port, "kafka", "status")
+    assert status.returncode == 3 and "stopped" in status.stdout
+
+    harmless = _run(tmp_path, port, "kafka", "stop")
+    assert harmless.returncode == 0 and "nothing to stop" in harmless.stdout
+
+    # a restart reuses the formatted storage
+    try:
+        assert _run(tmp_path, port, "kafka", "start").returncode == 0
+    finally:
+        assert _run(tmp_path, port, "kafka", "stop").returncode == 0
+
+
+def test_bad_setting_gives_clear_error(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
+    env["STREAMSHIFT_KAFKA_TOPIC_PARTITIONS"] = "many"
+    result = subprocess.run([sys.executable, "-m", "streamshift.cli", "kafka", "status"],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "STREAMSHIFT_KAFKA_TOPIC_PARTITIONS='many' is not valid" in result.stderr
+    assert "Traceback" not in result.stderr

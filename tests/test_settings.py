@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streamshift.settings import SettingsError, load_settings
+
+
+def test_defaults_without_environment() -> None:
+    settings = load_settings({})
+    assert settings.home == Path("var").resolve()
+    assert settings.spark_master == "local[*]"
+    assert settings.kafka_bootstrap_servers == "127.0.0.1:9092"
+    assert settings.warehouse == settings.home / "warehouse"
+    assert settings.kafka_client_config() == {
+        "bootstrap.servers": "127.0.0.1:9092",
+        "security.protocol": "PLAINTEXT",
+    }
+
+
+def test_values_are_parsed_from_prefixed_variables(tmp_path: Path) -> None:
+    settings = load_settings(
+        {
+            "STREAMSHIFT_HOME": str(tmp_path),
+            "STREAMSHIFT_KAFKA_TOPIC_PARTITIONS": "6",
+            "STREAMSHIFT_SPARK_UI": "yes",
+            "STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS": "a:1, b:2",
+        }
+    )
+    assert settings.home == tmp_path
+    assert settings.kafka_topic_partitions == 6
+    assert settings.spark_ui is True
+    assert settings.kafka_bootstrap_servers == "a:1,b:2"
+
+
+def test_unknown_setting_is_named() -> None:
+    with pytest.raises(SettingsError, match="unknown setting STREAMSHIFT_KAFKA_PARTITONS"):
+        load_settings({"STREAMSHIFT_KAFKA_PARTITONS": "3"})
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "reason"),
+    [
+        ("STREAMSHIFT_KAFKA_TOPIC_PARTITIONS", "three", "whole number"),
+        ("STREAMSHIFT_KAFKA_TOPIC_PARTITIONS", "0", "1 or more"),
+        ("STREAMSHIFT_SPARK_UI", "maybe", "true/false"),
+        ("STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS", "localhost", "not host:port"),
+        ("STREAMSHIFT_KAFKA_SECURITY_PROTOCOL", "TLS", "one of PLAINTEXT"),
+        ("STREAMSHIFT_NOTIONAL_TOLERANCE", "-1", "0 or more"),
+    ],
+)
+def test_malformed_value_names_variable_and_reason(name: str, value: str, reason: str) -> None:
+    with pytest.raises(SettingsError) as error:
+        load_settings({name: value})
+    assert name in str(error.value)
+    assert reason in str(error.value)
+
+
+def test_sasl_settings_reach_both_clients() -> None:
+    settings = load_settings(
+        {
+            "STREAMSHIFT_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+            "STREAMSHIFT_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+            "STREAMSHIFT_KAFKA_SASL_USERNAME": "svc",
+            "STREAMSHIFT_KAFKA_SASL_PASSWORD": "pw",
+        }
+    )
+    assert settings.kafka_client_config()["sasl.username"] == "svc"
+    jaas = settings.spark_kafka_options()["kafka.sasl.jaas.config"]
+    assert "ScramLoginModule" in jaas and 'username="svc"' in jaas
