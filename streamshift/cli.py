@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from streamshift.errors import StreamshiftError
 from streamshift.settings import describe, load_settings
@@ -52,6 +54,57 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(load_settings(), keep_running=args.keep_running)
 
 
+def _date(text: str) -> dt.date:
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date; use YYYY-MM-DD") from None
+
+
+def _open_target(flow_name: str, layer: str):  # type: ignore[no-untyped-def]
+    from streamshift.registry import get_flow
+    from streamshift.spark import get_spark
+    from streamshift.writepath import Target
+
+    settings = load_settings()
+    flow = get_flow(flow_name)
+    print(f"starting Spark ({settings.spark_master}) ...", file=sys.stderr, flush=True)
+    spark = get_spark(settings, app_name=f"streamshift-{flow_name}")
+    return spark, Target.open(spark, settings, flow, layer)
+
+
+def _cmd_eod(args: argparse.Namespace) -> int:
+    from streamshift.batch import run_eod
+
+    if not args.file.exists():
+        raise UserError(f"EOD file {args.file} not found; pass the path of an existing CSV file")
+    spark, target = _open_target(args.flow, args.layer)
+    result = run_eod(spark, target, args.date, args.file, replace=args.replace)
+    print(result.describe())
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from streamshift.show import show
+
+    spark, target = _open_target(args.flow, args.layer)
+    show(spark, target, args.view, args.date, args.format, args.limit, sys.stdout)
+    return 0
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from streamshift.generate import generate_day
+
+    if args.flow != "trades":
+        raise UserError(f"the generator knows the trades flow only, not {args.flow!r}")
+    if args.trades < 1:
+        raise UserError("--trades must be 1 or more")
+    files = generate_day(args.date, args.trades, args.out, seed=args.seed)
+    for kind, path in files.as_dict().items():
+        print(f"{kind:20} {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="streamshift",
@@ -81,6 +134,48 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--keep-running", action="store_true", help="leave the broker running")
     p.set_defaults(handler=_cmd_demo)
+
+    p = sub.add_parser(
+        "eod",
+        help="load an EOD file through the write path",
+        description="Load an end-of-day CSV (header row, the flow's columns) for one business "
+        "date. A delta file carries only changed rows; with --replace the file is the whole "
+        "day and rows of that date absent from it are cancelled. A file that cannot be read "
+        "fails with the line and problem and changes nothing; bad rows are quarantined.",
+    )
+    p.add_argument("--flow", required=True)
+    p.add_argument("--date", required=True, type=_date, help="business date YYYY-MM-DD")
+    p.add_argument("--file", required=True, type=Path)
+    p.add_argument("--replace", action="store_true", help="the file is the whole day")
+    p.add_argument("--layer", choices=["batch", "stream"], default="batch")
+    p.set_defaults(handler=_cmd_eod)
+
+    p = sub.add_parser(
+        "show",
+        help="print a view, the current state or the quarantine",
+        description="Print a view (e.g. positions), the current state (--view current) or the "
+        "quarantine (--view quarantine) of one layer, optionally for one business date.",
+    )
+    p.add_argument("--flow", required=True)
+    p.add_argument("--view", required=True, help="a view name, current, quarantine, late_events")
+    p.add_argument("--date", type=_date, help="business date YYYY-MM-DD (default: all)")
+    p.add_argument("--layer", choices=["batch", "stream"], default="batch")
+    p.add_argument("--format", choices=["table", "csv"], default="table")
+    p.add_argument("--limit", type=int, default=0, help="at most this many rows (0: all)")
+    p.set_defaults(handler=_cmd_show)
+
+    p = sub.add_parser(
+        "generate",
+        help="write a realistic generated trading day",
+        description="Write the day's EOD file, corrections, a replacement file, late trades, "
+        "poison rows and the clearing house's positions file (with deliberate breaks).",
+    )
+    p.add_argument("--flow", required=True)
+    p.add_argument("--date", required=True, type=_date)
+    p.add_argument("--trades", required=True, type=int)
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--seed", type=int, default=1)
+    p.set_defaults(handler=_cmd_generate)
 
     return parser
 

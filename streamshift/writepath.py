@@ -20,6 +20,7 @@ Every step is idempotent, so a job that dies half-way is repaired by running it 
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -47,6 +48,7 @@ SOURCE = "_source"
 SOURCE_REF = "_source_ref"  # file:line, topic:partition:offset, ...
 RAW = "_raw"  # the payload as received
 FAILED = "_failed_rules"
+MALFORMED = "_malformed"  # optional: a rule name when the reader could not split the row
 IS_DELETED = "is_deleted"
 APPLIED_AT = "_applied_at"
 
@@ -76,6 +78,9 @@ def parse(flow: Flow) -> Transform:
             value = text if isinstance(f.dataType, StringType) else text.try_cast(f.dataType)
             typed.append(value.alias(f.name))
             failures.append(F.when(text.isNotNull() & value.isNull(), F.lit(f"parseable_{f.name}")))
+        # A reader may flag a row as unreadable before parsing (e.g. wrong field count).
+        if MALFORMED in raw.columns:
+            failures.insert(0, F.col(MALFORMED))
         passthrough = [c for c in raw.columns if c.startswith("_")]
         return raw.select(
             *typed, *passthrough, F.filter(F.array(*failures), lambda r: r.isNotNull()).alias(FAILED)
@@ -127,6 +132,19 @@ def recompute_view_groups(view_compute, live: DataFrame, groups: DataFrame,  # t
     return groups.join(recomputed, list(group_key), "left")
 
 
+class _Timer:
+    """Per-step timings of one apply, for the benchmark and the curious (STREAMSHIFT debug)."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, step: str) -> None:
+        now = time.perf_counter()
+        self.steps[step] = self.steps.get(step, 0.0) + now - self._last
+        self._last = now
+
+
 # ---- IO: the write path ---------------------------------------------------------------------
 @dataclass
 class ApplyResult:
@@ -137,6 +155,7 @@ class ApplyResult:
     late: int = 0
     touched_groups: dict[str, int] = field(default_factory=dict)
     rejected_by_rule: dict[str, int] = field(default_factory=dict)
+    seconds_by_step: dict[str, float] = field(default_factory=dict)
 
     def describe(self) -> str:
         groups = ", ".join(f"{v} {k} groups" for k, v in self.touched_groups.items())
@@ -231,6 +250,7 @@ def apply_changes(
     checked = checked_changes(flow, changes, target.reference).persist()
     try:
         result = ApplyResult()
+        timer = _Timer()
         counts = checked.groupBy(F.try_element_at(F.col(FAILED), F.lit(1)).alias("rule")).count().collect()
         for row in counts:
             result.received += row["count"]
@@ -239,11 +259,14 @@ def apply_changes(
             else:
                 result.rejected_by_rule[row["rule"]] = row["count"]
                 result.rejected += row["count"]
+        timer.lap("validate")
         if result.rejected:
             _quarantine(spark, flow, checked.where(F.size(FAILED) > 0), tables, batch_id)
+            timer.lap("quarantine")
         if result.accepted:
             accepted = state_columns(flow, checked.where(F.size(FAILED) == 0))
-            _apply_accepted(spark, flow, accepted, target, result, closing_date)
+            _apply_accepted(spark, flow, accepted, target, result, closing_date, timer)
+        result.seconds_by_step = timer.steps
         return result
     finally:
         checked.unpersist()
@@ -273,7 +296,7 @@ def _quarantine(spark: SparkSession, flow: Flow, rejected: DataFrame, tables: La
 
 
 def _apply_accepted(spark: SparkSession, flow: Flow, accepted: DataFrame, target: Target,
-                    result: ApplyResult, closing_date: dt.date | None) -> None:
+                    result: ApplyResult, closing_date: dt.date | None, timer: _Timer) -> None:
     from delta.tables import DeltaTable
 
     tables = target.tables
@@ -285,6 +308,7 @@ def _apply_accepted(spark: SparkSession, flow: Flow, accepted: DataFrame, target
         small = len(keys) < PRUNE_KEYS_BELOW
         key_filter = _in_list(f"t.{key}", keys) if small else "true"
         incoming_dates = sorted({r[0] for r in versions.select(bd).distinct().collect()})
+        timer.lap("keys")
 
         # 3. history: every accepted version, once.
         (
@@ -296,6 +320,7 @@ def _apply_accepted(spark: SparkSession, flow: Flow, accepted: DataFrame, target
             .whenNotMatchedInsertAll()
             .execute()
         )
+        timer.lap("history")
 
         # Every version any touched key has had: its groups are the ones to recompute.
         history = read(spark, tables.history)
@@ -306,6 +331,7 @@ def _apply_accepted(spark: SparkSession, flow: Flow, accepted: DataFrame, target
         touched_dates = sorted({r[0] for r in key_versions.select(bd).distinct().collect()}
                                | set(incoming_dates))
         date_filter = _in_list(f"t.{bd}", touched_dates)
+        timer.lap("touched")
 
         # 4. current state: highest version per key, only where higher than stored.
         latest = latest_per_key(flow, versions)
@@ -320,6 +346,7 @@ def _apply_accepted(spark: SparkSession, flow: Flow, accepted: DataFrame, target
         result.applied = metrics.get("numTargetRowsInserted", 0) + metrics.get(
             "numTargetRowsUpdated", 0
         )
+        timer.lap("current")
 
         # 5. views: recompute only the touched groups.
         current = read(spark, tables.current).where(_in_list(bd, touched_dates))
@@ -330,6 +357,7 @@ def _apply_accepted(spark: SparkSession, flow: Flow, accepted: DataFrame, target
                 spark, view, live, groups, tables.view(view.name), date_filter
             )
         key_versions.unpersist()
+        timer.lap("views")
 
         # 6. late events: changes for dates an EOD run already closed.
         closed = sorted(target.closed_dates() - ({closing_date} if closing_date else set()))
@@ -351,6 +379,7 @@ def _apply_accepted(spark: SparkSession, flow: Flow, accepted: DataFrame, target
                 .execute()
             )
             result.late = late.count()
+        timer.lap("late")
     finally:
         versions.unpersist()
 
@@ -359,23 +388,19 @@ def _merge_view(spark: SparkSession, view, live: DataFrame, groups: DataFrame,  
                 path: str, date_filter: str) -> int:
     from delta.tables import DeltaTable
 
-    source = recompute_view_groups(view.compute, live, groups, view.group_key).persist()
-    try:
-        n_groups = source.count()
-        value_columns = [c for c in source.columns if c not in view.group_key and c != "_present"]
-        on = " AND ".join(f"t.{c} <=> s.{c}" for c in view.group_key)
-        changed = " OR ".join(f"NOT (t.{c} <=> s.{c})" for c in value_columns)
-        (
-            DeltaTable.forPath(spark, path).alias("t")
-            .merge(source.alias("s"), f"{on} AND {date_filter}")
-            .whenMatchedDelete(condition="s._present IS NULL")
-            .whenMatchedUpdate(condition=changed, set={c: f"s.{c}" for c in value_columns})
-            .whenNotMatchedInsert(
-                condition="s._present IS NOT NULL",
-                values={c: f"s.{c}" for c in (*view.group_key, *value_columns)},
-            )
-            .execute()
+    source = recompute_view_groups(view.compute, live, groups, view.group_key)
+    value_columns = [c for c in source.columns if c not in view.group_key and c != "_present"]
+    on = " AND ".join(f"t.{c} <=> s.{c}" for c in view.group_key)
+    changed = " OR ".join(f"NOT (t.{c} <=> s.{c})" for c in value_columns)
+    (
+        DeltaTable.forPath(spark, path).alias("t")
+        .merge(source.alias("s"), f"{on} AND {date_filter}")
+        .whenMatchedDelete(condition="s._present IS NULL")
+        .whenMatchedUpdate(condition=changed, set={c: f"s.{c}" for c in value_columns})
+        .whenNotMatchedInsert(
+            condition="s._present IS NOT NULL",
+            values={c: f"s.{c}" for c in (*view.group_key, *value_columns)},
         )
-        return n_groups
-    finally:
-        source.unpersist()
+        .execute()
+    )
+    return _merge_metrics(spark, path).get("numSourceRows", 0)
