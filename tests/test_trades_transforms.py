@@ -1,0 +1,101 @@
+"""The trades flow's pure transforms on inline DataFrames, with exact expected rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+
+from flows.trades import FLOW, positions
+from streamshift.reference import load_reference
+from streamshift.writepath import FAILED, IS_DELETED, checked_changes, latest_per_key
+from tests.trades_data import frame, trade
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def reference(spark):  # type: ignore[no-untyped-def]
+    return load_reference(spark, FLOW)
+
+
+def _failed(spark, reference, rows):  # type: ignore[no-untyped-def]
+    checked = checked_changes(FLOW, frame(spark, rows), reference)
+    return {r.trade_id or "<blank>": list(r[FAILED]) for r in checked.collect()}
+
+
+def test_each_rule_names_its_failure(spark, reference) -> None:  # type: ignore[no-untyped-def]
+    rows = [
+        trade("ok", 1),
+        trade("", 1),
+        trade("v0", 0),
+        trade("vx", "x"),
+        trade("evt", 1, event="MODIFY"),
+        trade("side", 1, side="HOLD"),
+        trade("qty0", 1, quantity=0),
+        trade("qtyfrac", 1, quantity="1.5"),
+        trade("px", 1, price="-1"),
+        trade("book", 1, book="NOPE"),
+        trade("inst", 1, instrument="NOPE"),
+        trade("ccy", 1, currency="XXX"),
+        trade("date", 1, date="2026-02-30", ts="2026-11-20T10:00:00Z"),
+        trade("ts", 1, ts="not-a-time"),
+        trade("cancel", 3, event="CANCEL"),
+    ]
+    assert _failed(spark, reference, rows) == {
+        "ok": [],
+        "<blank>": ["trade_id_present"],
+        "v0": ["version_at_least_1"],
+        "vx": ["parseable_version", "version_at_least_1"],
+        "evt": ["known_event_type"],
+        "side": ["known_side"],
+        "qty0": ["quantity_positive"],
+        "qtyfrac": ["parseable_quantity", "quantity_positive"],
+        "px": ["price_positive"],
+        "book": ["known_book"],
+        "inst": ["known_instrument"],
+        "ccy": ["fx_rate_exists"],
+        "date": ["parseable_business_date", "business_date_present", "fx_rate_exists"],
+        "ts": ["parseable_trade_ts", "trade_ts_present"],
+        "cancel": [],  # a CANCEL needs only trade_id, version, business_date
+    }
+
+
+def test_prepare_joins_reference_and_uses_latest_earlier_fx_rate(spark, reference) -> None:  # type: ignore[no-untyped-def]
+    # 2026-11-21 is a Saturday: no rate that day, Friday's applies.
+    rows = [trade("eur", 1, date="2026-11-21", book="EQ-EU-FLOW", instrument="SAP", side="SELL",
+                  quantity=10, price="200.50", currency="EUR")]
+    got = checked_changes(FLOW, frame(spark, rows), reference).collect()[0]
+    fx = {(r.business_date, r.currency): r.rate_to_usd for r in reference["fx_rates"].collect()}
+    friday_rate = fx[(dt.date(2026, 11, 20), "EUR")]
+    assert got.desk == "EQUITY" and got.legal_entity == "LE-DE" and got.asset_class == "EQUITY"
+    assert got.rate_to_usd == friday_rate
+    assert got.signed_quantity == -10
+    expected = (Decimal(10) * Decimal("200.50") * friday_rate).quantize(Decimal("0.000001"))
+    assert got.notional_usd == expected
+    assert got.signed_notional_usd == -expected
+    assert got[IS_DELETED] is False
+
+
+def test_positions_over_live_trades(spark, reference) -> None:  # type: ignore[no-untyped-def]
+    rows = [
+        trade("a", 1, quantity=100, price="10"),
+        trade("b", 1, side="SELL", quantity=30, price="20"),
+        trade("c", 1, book="EQ-US-DELTA1", quantity=5, price="1.005"),
+        trade("c2", 1, book="EQ-US-DELTA1", quantity=5, price="1.005"),
+    ]
+    prepared = checked_changes(FLOW, frame(spark, rows), reference)
+    got = {(r.book, r.instrument): tuple(r)[3:] for r in positions(prepared).collect()}
+    assert got == {
+        ("EQ-US-FLOW", "AAPL"): (70, Decimal("400.00"), Decimal("1600.00"), 2),
+        # 2 x 5.025 = 10.05 exactly: sums are rounded once, after adding decimals
+        ("EQ-US-DELTA1", "AAPL"): (10, Decimal("10.05"), Decimal("10.05"), 2),
+    }
+
+
+def test_latest_per_key_takes_highest_version(spark, reference) -> None:  # type: ignore[no-untyped-def]
+    rows = [trade("a", 1), trade("a", 3, quantity=3), trade("a", 2, quantity=2), trade("b", 1)]
+    checked = checked_changes(FLOW, frame(spark, rows), reference)
+    got = {(r.trade_id, r.version, r.quantity) for r in latest_per_key(FLOW, checked).collect()}
+    assert got == {("a", 3, 3), ("b", 1, 100)}

@@ -1,0 +1,119 @@
+"""The one write path on real Delta tables: every case asserts the exact resulting state."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from flows.trades import FLOW
+from streamshift.tables import LayerTables, read
+from streamshift.writepath import Target, apply_changes
+from tests.trades_data import D1, D2, frame, trade
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+FLOWB, DELTA1 = "EQ-US-FLOW", "EQ-US-DELTA1"
+
+
+@pytest.fixture
+def target(spark, tmp_path):  # type: ignore[no-untyped-def]
+    from streamshift.reference import load_reference
+
+    return Target(spark, FLOW, LayerTables(tmp_path, FLOW, "batch"), load_reference(spark, FLOW))
+
+
+def current(spark, t):  # type: ignore[no-untyped-def]
+    return {r.trade_id: (r.version, str(r.business_date), r.book, r.quantity, r.is_deleted)
+            for r in read(spark, t.tables.current).collect()}
+
+
+def history(spark, t):  # type: ignore[no-untyped-def]
+    return sorted((r.trade_id, r.version) for r in read(spark, t.tables.history).collect())
+
+
+def positions(spark, t):  # type: ignore[no-untyped-def]
+    return {(str(r.business_date), r.book, r.instrument): (r.net_quantity, r.trade_count)
+            for r in read(spark, t.tables.view("positions")).collect()}
+
+
+def quarantine(spark, t):  # type: ignore[no-untyped-def]
+    return sorted((r.source_ref, r.rule) for r in read(spark, t.tables.quarantine).collect())
+
+
+def test_new_amend_cancel_out_of_order_duplicates_replays_and_moves(spark, target) -> None:  # type: ignore[no-untyped-def]
+    apply = lambda rows: apply_changes(FLOW, frame(spark, rows), "test", target)  # noqa: E731
+
+    # 1. new trades, a v3 before its v2, duplicates and several versions of one key, a poison row
+    first = apply([
+        trade("a", 1, quantity=100),
+        trade("b", 1, side="SELL", quantity=30),
+        trade("c", 3, event="AMEND", quantity=7),
+        trade("d", 1, quantity=10),
+        trade("d", 1, quantity=10, ref="test:d:1:again"),
+        trade("d", 2, event="AMEND", quantity=50),
+        trade("x", 1, book="NOPE"),
+    ])
+    assert (first.received, first.accepted, first.rejected, first.applied) == (7, 6, 1, 4)
+    assert first.rejected_by_rule == {"known_book": 1}
+    assert current(spark, target) == {
+        "a": (1, D2, FLOWB, 100, False), "b": (1, D2, FLOWB, 30, False),
+        "c": (3, D2, FLOWB, 7, False), "d": (2, D2, FLOWB, 50, False),
+    }
+    assert history(spark, target) == [("a", 1), ("b", 1), ("c", 3), ("d", 1), ("d", 2)]
+    assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (100 - 30 + 7 + 50, 4)}
+    assert quarantine(spark, target) == [("test:x:1", "known_book")]
+
+    # 2. the late v2 of c loses to v3; a moves to another book AND another date; b is cancelled
+    second = [
+        trade("c", 2, event="AMEND", quantity=999),
+        trade("a", 2, event="AMEND", date=D1, book=DELTA1, quantity=100),
+        trade("b", 2, event="CANCEL"),
+    ]
+    result = apply(second)
+    assert result.applied == 2
+    assert current(spark, target) == {
+        "a": (2, D1, DELTA1, 100, False), "b": (2, D2, None, None, True),
+        "c": (3, D2, FLOWB, 7, False), "d": (2, D2, FLOWB, 50, False),
+    }
+    assert history(spark, target) == [("a", 1), ("a", 2), ("b", 1), ("b", 2), ("c", 2), ("c", 3),
+                                      ("d", 1), ("d", 2)]
+    # both the old group (D2, FLOW) and the new one (D1, DELTA1) were recomputed
+    assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (57, 2), (D1, DELTA1, "AAPL"): (100, 1)}
+
+    # 3. a replay of the same batch changes nothing, in any table
+    view_path = target.tables.view("positions")
+    from delta.tables import DeltaTable
+
+    view_version = DeltaTable.forPath(spark, view_path).history(1).first().version
+    replay = apply(second)
+    assert replay.applied == 0
+    assert current(spark, target)["a"] == (2, D1, DELTA1, 100, False)
+    assert len(history(spark, target)) == 8
+    assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (57, 2), (D1, DELTA1, "AAPL"): (100, 1)}
+    changes_since = (spark.read.format("delta").option("readChangeFeed", "true")
+                     .option("startingVersion", view_version + 1).load(view_path))
+    assert changes_since.count() == 0  # no change-feed rows for a replay
+
+    # 4. cancelling the last trades of a group deletes the group; the change feed says so
+    apply([trade("c", 4, event="CANCEL"), trade("d", 3, event="CANCEL")])
+    assert positions(spark, target) == {(D1, DELTA1, "AAPL"): (100, 1)}
+    feed = (spark.read.format("delta").option("readChangeFeed", "true")
+            .option("startingVersion", view_version + 1).load(view_path).collect())
+    assert [(r._change_type, r.book, r.net_quantity) for r in feed] == [("delete", FLOWB, 57)]
+
+
+def test_correction_is_a_retraction_plus_new_value_in_the_change_feed(spark, target) -> None:  # type: ignore[no-untyped-def]
+    apply_changes(FLOW, frame(spark, [trade("a", 1, quantity=10, price="2.5")]), "test", target)
+    view_path = target.tables.view("positions")
+    from delta.tables import DeltaTable
+
+    version = DeltaTable.forPath(spark, view_path).history(1).first().version
+    apply_changes(FLOW, frame(spark, [trade("a", 2, event="AMEND", quantity=12, price="2.5")]),
+                  "test", target)
+    feed = (spark.read.format("delta").option("readChangeFeed", "true")
+            .option("startingVersion", version + 1).load(view_path).collect())
+    assert sorted((r._change_type, r.net_quantity, r.net_notional_usd) for r in feed) == [
+        ("update_postimage", 12, Decimal("30.00")),
+        ("update_preimage", 10, Decimal("25.00")),
+    ]
