@@ -51,7 +51,7 @@ def _cmd_kafka(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from streamshift.demo import run_demo
 
-    return run_demo(load_settings(), keep_running=args.keep_running)
+    return run_demo(load_settings(), trades=args.trades)
 
 
 def _date(text: str) -> dt.date:
@@ -130,9 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help="run the demo on the embedded local stack",
         description="Generate a trading day, load it through the write path, apply "
-        "corrections and print positions and the quarantine summary.",
+        "corrections and print the day's positions and the quarantine summary. "
+        "Data goes under STREAMSHIFT_HOME (default ./var).",
     )
-    p.add_argument("--keep-running", action="store_true", help="leave the broker running")
+    p.add_argument("--trades", type=int, default=20_000, help="trades in the generated day")
     p.set_defaults(handler=_cmd_demo)
 
     p = sub.add_parser(

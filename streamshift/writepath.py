@@ -183,7 +183,9 @@ class Target:
         return cls(spark, flow, tables, load_reference(spark, flow))
 
     def _ensure_tables(self) -> None:
-        empty_raw = self.spark.createDataFrame([], raw_schema(self.flow))
+        empty_raw = self.spark.createDataFrame([], raw_schema(self.flow)).withColumn(
+            SOURCE, F.lit("")
+        )
         state = state_columns(self.flow, checked_changes(self.flow, empty_raw, self.reference))
         part = (self.flow.business_date,)
         ensure_table(self.spark, self.tables.current, state.schema, part)

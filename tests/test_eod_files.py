@@ -1,0 +1,162 @@
+"""EOD loads: bad files fail cleanly and change nothing; replacement, replays, file order."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from pathlib import Path
+
+import pytest
+
+from flows.trades import FLOW
+from streamshift.batch import run_eod
+from streamshift.eodfile import BadFileError
+from streamshift.generate import TradingDay, generate_day
+from streamshift.tables import LayerTables, read
+from streamshift.writepath import Target
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+DAY = dt.date(2026, 11, 20)
+HEADER = ",".join(f.name for f in FLOW.schema.fields)
+GOOD = "T1,1,NEW,2026-11-20,2026-11-20T10:00:00Z,EQ-US-FLOW,AAPL,BUY,100,10.5,USD"
+
+
+def _target(spark, root: Path) -> Target:  # type: ignore[no-untyped-def]
+    from streamshift.reference import load_reference
+
+    return Target(spark, FLOW, LayerTables(root, FLOW, "batch"), load_reference(spark, FLOW))
+
+
+def _snapshot(spark, t: Target) -> dict[str, list[tuple]]:  # type: ignore[no-untyped-def]
+    paths = {"current": t.tables.current, "history": t.tables.history,
+             "positions": t.tables.view("positions"), "quarantine": t.tables.quarantine,
+             "late_events": t.tables.late_events}
+    drop = {"_applied_at", "quarantined_at", "arrived_at", "batch_id"}
+    out = {}
+    for name, path in paths.items():
+        df = read(spark, path)
+        df = df.drop(*[c for c in df.columns if c in drop])
+        out[name] = sorted((tuple(r) for r in df.collect()), key=repr)
+    return out
+
+
+@pytest.fixture(scope="module")
+def day_files(tmp_path_factory):  # type: ignore[no-untyped-def]
+    return generate_day(DAY, 300, tmp_path_factory.mktemp("day"), seed=5, progress=False)
+
+
+BAD_FILES = {
+    "empty": ("", None, "empty file"),
+    "wrong_delimiter": (HEADER.replace(",", ";") + "\n" + GOOD.replace(",", ";") + "\n", 1,
+                        "wrong delimiter"),
+    "missing_columns": (HEADER.replace(",price", "") + "\n" + GOOD + "\n", 1,
+                        "missing columns price"),
+    "truncated": (HEADER + "\n" + GOOD + "\n" + GOOD[:30], 3, "truncated last line"),
+}
+
+
+def test_bad_files_fail_with_line_and_problem_and_change_nothing(spark, tmp_path, day_files) -> None:  # type: ignore[no-untyped-def]
+    target = _target(spark, tmp_path / "wh")
+    run_eod(spark, target, DAY, day_files.eod)
+    before = _snapshot(spark, target)
+    for name, (content, line, problem) in BAD_FILES.items():
+        path = tmp_path / f"{name}.csv"
+        path.write_text(content)
+        with pytest.raises(BadFileError) as error:
+            run_eod(spark, target, DAY, path)
+        assert error.value.line == line, name
+        assert problem in str(error.value) and str(path) in str(error.value), str(error.value)
+    header_only = tmp_path / "header_only.csv"
+    header_only.write_text(HEADER + "\n")
+    with pytest.raises(BadFileError, match="no data rows"):
+        run_eod(spark, target, DAY, header_only, replace=True)
+    assert _snapshot(spark, target) == before
+
+
+def test_day_load_corrections_poison_replacement_and_replay(spark, tmp_path, day_files) -> None:  # type: ignore[no-untyped-def]
+    target = _target(spark, tmp_path / "wh")
+    load = run_eod(spark, target, DAY, day_files.eod)
+    assert (load.apply.received, load.apply.rejected) == (300, 0)
+
+    poison = run_eod(spark, target, DAY, day_files.poison)
+    expected_rules = TradingDay(DAY, 5).expected_poison_rules()
+    assert poison.apply.accepted == 0
+    got = {(r.source_ref.rsplit(":", 1)[1], r.rule) for r in read(spark, target.tables.quarantine).collect()}
+    assert got == {(str(n + 2), rule) for n, rule in enumerate(expected_rules)}
+
+    fixes = run_eod(spark, target, DAY, day_files.corrections)
+    assert fixes.apply.rejected == 0 and fixes.apply.applied == fixes.apply.accepted
+    state = {r.trade_id: r for r in read(spark, target.tables.current).collect()}
+    for line in day_files.corrections.read_text().splitlines()[1:]:
+        trade_id, version, event = line.split(",")[:3]
+        assert state[trade_id].version == int(version)
+        assert state[trade_id].is_deleted == (event == "CANCEL")
+
+    after_fixes = _snapshot(spark, target)
+    run_eod(spark, target, DAY, day_files.corrections)  # re-run: a no-op
+    assert _snapshot(spark, target) == after_fixes
+
+    replaced = run_eod(spark, target, DAY, day_files.replacement, replace=True)
+    file_ids = {line.split(",")[0] for line in day_files.replacement.read_text().splitlines()[1:]}
+    live_today = {r.trade_id for r in read(spark, target.tables.current).collect()
+                  if not r.is_deleted and r.business_date == DAY}
+    assert live_today == file_ids
+    assert replaced.cancelled > 0
+    cancels = read(spark, target.tables.history).where("_source = 'replacement'").count()
+    assert cancels == replaced.cancelled
+    _assert_positions_match_full_recompute(spark, target)
+
+
+def test_files_out_of_order_end_in_the_same_state(spark, tmp_path, day_files) -> None:  # type: ignore[no-untyped-def]
+    in_order = _target(spark, tmp_path / "a")
+    for f in (day_files.eod, day_files.corrections):
+        run_eod(spark, in_order, DAY, f)
+    reversed_order = _target(spark, tmp_path / "b")
+    for f in (day_files.corrections, day_files.eod):
+        run_eod(spark, reversed_order, DAY, f)
+    a, b = _snapshot(spark, in_order), _snapshot(spark, reversed_order)
+    for table in ("current", "positions"):
+        assert a[table] == b[table], table
+    assert a["history"] == b["history"]
+
+
+def test_back_dated_rows_for_a_closed_date_are_recorded_late(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    target = _target(spark, tmp_path / "wh")
+    d19 = tmp_path / "d19.csv"
+    d19.write_text(HEADER + "\n" + GOOD.replace("2026-11-20", "2026-11-19").replace("T1", "T0") + "\n")
+    run_eod(spark, target, dt.date(2026, 11, 19), d19)
+    d20 = tmp_path / "d20.csv"
+    late_row = GOOD.replace("2026-11-20", "2026-11-19").replace("T1,", "T9,")
+    d20.write_text(HEADER + "\n" + GOOD + "\n" + late_row + "\n")
+    result = run_eod(spark, target, DAY, d20)
+    assert result.apply.late == 1
+    late = [(str(r.business_date), r.key, r.version, r.source)
+            for r in read(spark, target.tables.late_events).collect()]
+    assert late == [("2026-11-19", "T9", 1, "eod")]
+    positions = {(str(r.business_date), r.trade_count)
+                 for r in read(spark, target.tables.view("positions")).collect()}
+    assert positions == {("2026-11-19", 2), ("2026-11-20", 1)}
+
+
+def _assert_positions_match_full_recompute(spark, target: Target) -> None:  # type: ignore[no-untyped-def]
+    from tests.dataframes import assert_same_rows
+
+    live = read(spark, target.tables.current).where("NOT is_deleted")
+    assert_same_rows(read(spark, target.tables.view("positions")), FLOW.view("positions").compute(live))
+
+
+def test_positions_equal_full_recompute_after_random_load_sequences(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Property: whatever files arrive in whatever order, incremental views == from scratch."""
+    rng = random.Random(11)
+    files = []
+    for n, day in enumerate((dt.date(2026, 11, 19), DAY)):
+        f = generate_day(day, 120, tmp_path / f"d{n}", seed=n + 2, progress=False)
+        files += [(day, f.eod, False), (day, f.corrections, False), (day, f.late, False),
+                  (day, f.replacement, True)]
+    for trial in range(2):
+        target = _target(spark, tmp_path / f"wh{trial}")
+        sequence = rng.sample(files, k=5)
+        for day, path, replace in sequence:
+            run_eod(spark, target, day, path, replace=replace)
+        _assert_positions_match_full_recompute(spark, target)
