@@ -105,6 +105,13 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_submit_args(args: argparse.Namespace) -> int:
+    from streamshift.spark import submit_args
+
+    print(" ".join(submit_args(load_settings())))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="streamshift",
@@ -116,6 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("settings", help="show every setting, its value and default")
     p.set_defaults(handler=_cmd_settings)
+
+    p = sub.add_parser(
+        "spark-submit-args",
+        help="print the spark-submit options (jars, Delta, settings) for spark_jobs/ and streaming/",
+    )
+    p.set_defaults(handler=_cmd_submit_args)
 
     p = sub.add_parser(
         "kafka",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import itertools
 import math
 import random
 import sys
@@ -90,15 +91,18 @@ class TradingDay:
         for desk, classes in DESK_ASSET_CLASSES.items():
             names = [i["instrument"] for i in instruments if i["asset_class"] in classes]
             self.by_desk[desk] = names
+        self.book_cum = list(itertools.accumulate(self.book_weights))
+        self.desk_cum = {d: list(itertools.accumulate(_zipf_weights(len(n))))
+                         for d, n in self.by_desk.items()}
         for inst in instruments:
             low, high = BASE_PRICE[inst["asset_class"]]
             self.price[inst["instrument"]] = self.rng.uniform(low, high)
 
     # ---- rows -----------------------------------------------------------------------------
     def _pick_book_instrument(self) -> tuple[str, str]:
-        book = self.rng.choices(self.books, self.book_weights)[0]
-        names = self.by_desk[self.desk[book]]
-        instrument = self.rng.choices(names, _zipf_weights(len(names)))[0]
+        book = self.rng.choices(self.books, cum_weights=self.book_cum)[0]
+        desk = self.desk[book]
+        instrument = self.rng.choices(self.by_desk[desk], cum_weights=self.desk_cum[desk])[0]
         return book, instrument
 
     def _trade(self, trade_id: str, version: int, event: str, day: dt.date | None = None,

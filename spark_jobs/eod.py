@@ -1,0 +1,14 @@
+"""spark-submit entry point for EOD loads: the same arguments as `streamshift eod`.
+
+    spark-submit $(streamshift spark-submit-args) spark_jobs/eod.py \\
+        --flow trades --date 2026-11-20 --file trades_eod_2026-11-20.csv [--replace]
+"""
+
+from __future__ import annotations
+
+import sys
+
+from streamshift.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["eod", *sys.argv[1:]]))
