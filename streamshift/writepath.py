@@ -221,11 +221,19 @@ def _in_list(column: str, values: list[object]) -> str:
     return f"{column} IN ({', '.join(literal(v) for v in values)})"
 
 
-def _merge_metrics(spark: SparkSession, path: str) -> dict[str, int]:
+def _table_version(spark: SparkSession, path: str) -> int:
     from delta.tables import DeltaTable
 
-    row = DeltaTable.forPath(spark, path).history(1).select("operation", "operationMetrics").first()
-    if row is None or row.operation != "MERGE":
+    return int(DeltaTable.forPath(spark, path).history(1).select("version").first()[0])
+
+
+def _merge_metrics(spark: SparkSession, path: str, version_before: int) -> dict[str, int]:
+    """Metrics of the MERGE just run; empty when it committed nothing (a no-op MERGE)."""
+    from delta.tables import DeltaTable
+
+    row = DeltaTable.forPath(spark, path).history(1).select(
+        "version", "operation", "operationMetrics").first()
+    if row is None or row.version == version_before or row.operation != "MERGE":
         return {}
     return {k: int(v) for k, v in (row.operationMetrics or {}).items() if v.isdigit()}
 
@@ -337,6 +345,7 @@ def _apply_accepted(spark: SparkSession, flow: Flow, accepted: DataFrame, target
 
         # 4. current state: highest version per key, only where higher than stored.
         latest = latest_per_key(flow, versions)
+        current_version = _table_version(spark, tables.current)
         (
             DeltaTable.forPath(spark, tables.current).alias("t")
             .merge(latest.alias("s"), f"t.{key} = s.{key} AND {date_filter} AND {key_filter}")
@@ -344,7 +353,7 @@ def _apply_accepted(spark: SparkSession, flow: Flow, accepted: DataFrame, target
             .whenNotMatchedInsertAll()
             .execute()
         )
-        metrics = _merge_metrics(spark, tables.current)
+        metrics = _merge_metrics(spark, tables.current, current_version)
         result.applied = metrics.get("numTargetRowsInserted", 0) + metrics.get(
             "numTargetRowsUpdated", 0
         )
@@ -390,7 +399,8 @@ def _merge_view(spark: SparkSession, view, live: DataFrame, groups: DataFrame,  
                 path: str, date_filter: str) -> int:
     from delta.tables import DeltaTable
 
-    source = recompute_view_groups(view.compute, live, groups, view.group_key)
+    source = recompute_view_groups(view.compute, live, groups, view.group_key).persist()
+    n_groups = source.count()
     value_columns = [c for c in source.columns if c not in view.group_key and c != "_present"]
     on = " AND ".join(f"t.{c} <=> s.{c}" for c in view.group_key)
     changed = " OR ".join(f"NOT (t.{c} <=> s.{c})" for c in value_columns)
@@ -405,4 +415,5 @@ def _merge_view(spark: SparkSession, view, live: DataFrame, groups: DataFrame,  
         )
         .execute()
     )
-    return _merge_metrics(spark, path).get("numSourceRows", 0)
+    source.unpersist()
+    return n_groups

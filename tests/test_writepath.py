@@ -91,9 +91,8 @@ def test_new_amend_cancel_out_of_order_duplicates_replays_and_moves(spark, targe
     assert current(spark, target)["a"] == (2, D1, DELTA1, 100, False)
     assert len(history(spark, target)) == 8
     assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (57, 2), (D1, DELTA1, "AAPL"): (100, 1)}
-    changes_since = (spark.read.format("delta").option("readChangeFeed", "true")
-                     .option("startingVersion", view_version + 1).load(view_path))
-    assert changes_since.count() == 0  # no change-feed rows for a replay
+    # no commit at all, so the change feed has nothing new for readers
+    assert DeltaTable.forPath(spark, view_path).history(1).first().version == view_version
 
     # 4. cancelling the last trades of a group deletes the group; the change feed says so
     apply([trade("c", 4, event="CANCEL"), trade("d", 3, event="CANCEL")])

@@ -1,0 +1,69 @@
+"""`streamshift generate | eod | show` as a user runs them, in subprocesses."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+DAY = "2026-11-20"
+
+
+def _run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
+    env.update(STREAMSHIFT_HOME=str(home), STREAMSHIFT_SPARK_MASTER="local[2]",
+               STREAMSHIFT_SPARK_SHUFFLE_PARTITIONS="2")
+    return subprocess.run([sys.executable, "-m", "streamshift.cli", *args], env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_generate_load_show_and_a_bad_file(tmp_path: Path) -> None:
+    out = tmp_path / "files"
+    gen = _run(tmp_path, "generate", "--flow", "trades", "--date", DAY, "--trades", "200",
+               "--out", str(out), "--seed", "9")
+    assert gen.returncode == 0, gen.stderr
+    assert "100%" in gen.stderr  # progress is shown
+    eod_file = out / f"trades_eod_{DAY}.csv"
+
+    load = _run(tmp_path, "eod", "--flow", "trades", "--date", DAY, "--file", str(eod_file))
+    assert load.returncode == 0, load.stderr
+    assert "200 rows: 200 accepted, 0 quarantined" in load.stdout
+
+    shown = _run(tmp_path, "show", "--flow", "trades", "--view", "positions", "--date", DAY,
+                 "--format", "csv")
+    assert shown.returncode == 0, shown.stderr
+    rows = list(csv.DictReader(io.StringIO(shown.stdout)))
+    assert sum(int(r["trade_count"]) for r in rows) == 200
+    expected_net = {}
+    for line in eod_file.read_text().splitlines()[1:]:
+        f = line.split(",")
+        qty = int(f[8]) * (-1 if f[7] == "SELL" else 1)
+        expected_net[(f[5], f[6])] = expected_net.get((f[5], f[6]), 0) + qty
+    assert {(r["book"], r["instrument"]): int(r["net_quantity"]) for r in rows} == expected_net
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text(eod_file.read_text().replace(",", ";"))
+    failed = _run(tmp_path, "eod", "--flow", "trades", "--date", DAY, "--file", str(bad))
+    assert failed.returncode == 2
+    assert f"{bad}, line 1: wrong delimiter" in failed.stderr
+    assert "Traceback" not in failed.stderr
+
+    missing = _run(tmp_path, "eod", "--flow", "trades", "--date", DAY, "--file", "nope.csv")
+    assert missing.returncode == 2 and "not found" in missing.stderr
+
+    unknown = _run(tmp_path, "show", "--flow", "trades", "--view", "pnl")
+    assert unknown.returncode == 2 and "no view 'pnl'" in unknown.stderr
+
+
+def test_every_command_has_help() -> None:
+    for command in ("settings", "kafka", "demo", "eod", "show", "generate", "spark-submit-args"):
+        result = subprocess.run([sys.executable, "-m", "streamshift.cli", command, "--help"],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0 and "usage: streamshift" in result.stdout, command
