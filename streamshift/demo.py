@@ -64,8 +64,7 @@ def run_demo(settings: Settings, trades: int = DEMO_TRADES) -> int:
 
 
 def _print_rows(df) -> None:  # type: ignore[no-untyped-def]
-    rows = [[str(v) for v in r] for r in df.collect()]
-    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(df.columns)]
-    print("  ".join(c.ljust(w) for c, w in zip(df.columns, widths)))
-    for r in rows:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths)))
+    from streamshift.show import format_table
+
+    rows = [["" if v is None else str(v) for v in r] for r in df.collect()]
+    print(format_table(df.columns, rows), end="")

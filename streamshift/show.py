@@ -53,13 +53,19 @@ def show(spark: SparkSession, target: Target, view: str, date: dt.date | None, f
         writer.writerow(df.columns)
         writer.writerows(rows)
     else:
-        widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(df.columns)]
-        line = "  ".join(c.ljust(w) for c, w in zip(df.columns, widths))
-        out.write(line + "\n" + "  ".join("-" * w for w in widths) + "\n")
-        out.writelines("  ".join(v.rjust(w) if _numeric(v) else v.ljust(w)
-                                for v, w in zip(r, widths)) + "\n" for r in rows)
+        out.write(format_table(df.columns, rows))
         out.write(f"({len(rows)} rows)\n")
     return len(rows)
+
+
+def format_table(columns: list[str], rows: list[list[str]]) -> str:
+    """Aligned columns under a ruled header; numbers right-aligned."""
+    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(v.rjust(w) if _numeric(v) else v.ljust(w) for v, w in zip(r, widths))
+              for r in rows]
+    return "\n".join(lines) + "\n"
 
 
 def _numeric(text: str) -> bool:
