@@ -105,6 +105,43 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_produce(args: argparse.Namespace) -> int:
+    from streamshift.produce import produce_file
+    from streamshift.registry import get_flow
+
+    if not args.file.exists():
+        raise UserError(f"file {args.file} not found; pass an EOD-format CSV file")
+    if args.rate < 0:
+        raise UserError("--rate must be 0 (as fast as possible) or more events per second")
+    result = produce_file(load_settings(), get_flow(args.flow), args.file, topic=args.topic,
+                          rate=args.rate)
+    print(result.describe())
+    return 1 if result.failed else 0
+
+
+def _cmd_stream(args: argparse.Namespace) -> int:
+    from streamshift.stream import run_stream
+
+    spark, target = _open_target(args.flow, args.layer)
+    run = run_stream(spark, load_settings(), target.flow, args.layer, trigger=args.trigger,
+                     available_now=args.available_now, topic=args.topic)
+    print(run.describe())
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from streamshift.heartbeat import read_status
+
+    statuses = [s for s in read_status(load_settings().home)
+                if args.flow is None or s.flow == args.flow]
+    if not statuses:
+        print("no streaming job has run here yet (start one with `streamshift stream --flow F`)")
+        return 3
+    for status in statuses:
+        print(status.describe())
+    return 0 if all(s.running for s in statuses) else 3
+
+
 def _cmd_submit_args(args: argparse.Namespace) -> int:
     from streamshift.spark import submit_args
 
@@ -190,6 +227,47 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--seed", type=int, default=1)
     p.set_defaults(handler=_cmd_generate)
+
+    p = sub.add_parser(
+        "produce",
+        help="publish an EOD-format CSV's rows as events on Kafka",
+        description="Send each row of the CSV as one event (key = the flow key, value = JSON of "
+        "the flow's columns) with an idempotent acks=all producer. Exits 1 if any event was "
+        "not acknowledged.",
+    )
+    p.add_argument("--flow", required=True)
+    p.add_argument("--file", required=True, type=Path)
+    p.add_argument("--rate", type=float, default=0.0,
+                   help="events per second (default 0: as fast as possible)")
+    p.add_argument("--topic", help="topic (default: the flow's name)")
+    p.set_defaults(handler=_cmd_produce)
+
+    p = sub.add_parser(
+        "stream",
+        help="run the flow's streaming job (Kafka → the write path)",
+        description="Read the flow's topic with Spark Structured Streaming and apply every "
+        "micro-batch through the same write path as the EOD batch. Undecodable messages go to "
+        "quarantine and to <topic>.dlq. Offsets live in the checkpoint under "
+        "STREAMSHIFT_HOME/checkpoints; SIGTERM or Ctrl-C finishes the batch in flight and stops.",
+    )
+    p.add_argument("--flow", required=True)
+    p.add_argument("--layer", choices=["batch", "stream"], default="stream")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--trigger", default="1 second",
+                      help="micro-batch interval, e.g. '1 second', '10 seconds' (default 1 second)")
+    mode.add_argument("--available-now", action="store_true",
+                      help="process what the topic holds now, then stop")
+    p.add_argument("--topic", help="topic (default: the flow's name)")
+    p.set_defaults(handler=_cmd_stream)
+
+    p = sub.add_parser(
+        "status",
+        help="show the streaming jobs: running or not, last batch, lag",
+        description="Read the heartbeats the streaming jobs write under STREAMSHIFT_HOME/status. "
+        "Exit code 0 when every job shown is running, 3 otherwise.",
+    )
+    p.add_argument("--flow", help="only this flow")
+    p.set_defaults(handler=_cmd_status)
 
     return parser
 

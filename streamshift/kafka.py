@@ -39,7 +39,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -181,7 +181,7 @@ class LocalBroker:
 
     def status(self) -> BrokerStatus:
         pid = self._read_pid()
-        running = pid is not None and _pid_alive(pid)
+        running = pid is not None and pid_alive(pid)
         return BrokerStatus(running, pid if running else None, self.bootstrap, self.data_dir)
 
     def _format_storage(self) -> None:
@@ -253,15 +253,15 @@ class LocalBroker:
     def stop(self, timeout: float = 60.0) -> bool:
         """Stop the broker (SIGTERM, then SIGKILL after ``timeout``). False if not running."""
         pid = self._read_pid()
-        if pid is None or not _pid_alive(pid):
+        if pid is None or not pid_alive(pid):
             self.pid_file.unlink(missing_ok=True)
             return False
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and _pid_alive(pid):
+        while time.monotonic() < deadline and pid_alive(pid):
             _reap(pid)
             time.sleep(0.2)
-        if _pid_alive(pid):
+        if pid_alive(pid):
             os.kill(pid, signal.SIGKILL)
             time.sleep(0.5)
             _reap(pid)

@@ -97,6 +97,10 @@ def validate(flow: Flow) -> Transform:
             F.when(~F.coalesce(rule.passes(), F.lit(False)), F.lit(rule.name)) for rule in flow.rules
         ]
         failed = F.concat(F.col(FAILED), F.filter(F.array(*checks), lambda r: r.isNotNull()))
+        if MALFORMED in prepared.columns:
+            # A row the reader could not split or decode has no values to judge: its one
+            # rule is the reader's.
+            failed = F.when(F.col(MALFORMED).isNotNull(), F.col(FAILED)).otherwise(failed)
         return prepared.withColumn(FAILED, failed)
 
     return transform

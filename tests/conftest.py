@@ -12,7 +12,7 @@ import pytest
 for _name in [n for n in os.environ if n.startswith("STREAMSHIFT_") and n != "STREAMSHIFT_PYTHON"]:
     del os.environ[_name]
 
-from streamshift.settings import Settings, load_settings  # noqa: E402
+from streamshift.settings import Settings, load_settings
 
 
 @pytest.fixture(scope="session")

@@ -32,7 +32,7 @@ def test_start_status_stop_like_a_user(tmp_path: Path) -> None:
     try:
         started = _run(tmp_path, port, "kafka", "start")
         assert started.returncode == 0, started.stderr
-        assert f"running (pid" in started.stdout
+        assert "running (pid" in started.stdout
         assert (tmp_path / "kafka" / "logs" / "meta.properties").exists()  # storage formatted
 
         # the broker really serves requests, on loopback

@@ -42,7 +42,7 @@ def quarantine(spark, t):  # type: ignore[no-untyped-def]
 
 
 def test_new_amend_cancel_out_of_order_duplicates_replays_and_moves(spark, target) -> None:  # type: ignore[no-untyped-def]
-    apply = lambda rows: apply_changes(FLOW, frame(spark, rows), "test", target)  # noqa: E731
+    apply = lambda rows: apply_changes(FLOW, frame(spark, rows), "test", target)
 
     # 1. new trades, a v3 before its v2, duplicates and several versions of one key, a poison row
     first = apply([

@@ -1,0 +1,15 @@
+"""spark-submit entry point of the always-on streaming job.
+
+    spark-submit $(streamshift spark-submit-args) streaming/run.py --flow trades [--available-now]
+
+Takes the same arguments as ``streamshift stream``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from streamshift.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["stream", *sys.argv[1:]]))

@@ -1,0 +1,158 @@
+"""Flow events on Kafka: one message per change, key = the flow key, value = JSON of the columns.
+
+The JSON types follow the flow's schema: strings, dates and timestamps are JSON strings,
+integers are JSON integers, decimals JSON numbers (exact: never through a float), a missing
+value is ``null``. Every column must be present (``null`` allowed); unknown fields are
+ignored, so producers may add fields without breaking consumers.
+
+``decode`` turns a Kafka DataFrame into the write path's raw form. A message that is not
+valid JSON, not an object, lacks a column or carries a value of the wrong JSON type is
+*undecodable*: it keeps its raw bytes and coordinates and is marked with one of the
+``json_*`` rule names, so ``apply_changes`` quarantines it and the stream job forwards it to
+the dead-letter topic. Decodable messages whose values break a rule (an unknown instrument, a
+negative quantity) are ordinary rejected rows: quarantine only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    DataType,
+    DateType,
+    DecimalType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from streamshift.flow import Flow
+from streamshift.writepath import MALFORMED, RAW, SOURCE, SOURCE_REF
+
+KAFKA_SOURCE = "kafka"
+DECODE_ERROR = "_decode_error"  # human detail of why a message is undecodable
+
+# Rule names of undecodable messages (first failing wins).
+JSON_INVALID = "json_invalid"
+JSON_NOT_OBJECT = "json_not_object"
+JSON_MISSING_FIELD = "json_missing_field"
+JSON_WRONG_TYPE = "json_wrong_type"
+UNDECODABLE_RULES = (JSON_INVALID, JSON_NOT_OBJECT, JSON_MISSING_FIELD, JSON_WRONG_TYPE)
+
+_INTEGER = re.compile(r"[+-]?\d+")
+_TEXT_TYPES = (StringType, DateType, TimestampType, TimestampNTZType)
+_INTEGER_TYPES = (IntegerType, LongType, ShortType)
+
+
+def topic_for(flow: Flow) -> str:
+    return flow.name
+
+
+def dlq_topic(topic: str) -> str:
+    return f"{topic}.dlq"
+
+
+# ---- producing --------------------------------------------------------------------------
+def _json_value(data_type: DataType, text: str | None) -> str:
+    """One column's CSV text as JSON of the schema's type; text that does not fit stays a string."""
+    if text is None or text.strip() == "":
+        return "null"
+    value = text.strip()
+    if isinstance(data_type, _INTEGER_TYPES) and _INTEGER.fullmatch(value):
+        return str(int(value))
+    if isinstance(data_type, DecimalType):
+        try:
+            number = Decimal(value)
+        except InvalidOperation:
+            return json.dumps(value)
+        if number.is_finite():
+            return format(number, "f")
+    return json.dumps(value)
+
+
+def encode_event(flow: Flow, row: Mapping[str, str | None]) -> tuple[bytes, bytes]:
+    """(key, value) of the Kafka message for one row given as text (an EOD file's row)."""
+    fields = [f"{json.dumps(f.name)}:{_json_value(f.dataType, row.get(f.name))}"
+              for f in flow.schema.fields]
+    key = (row.get(flow.key) or "").strip()
+    return key.encode(), ("{" + ",".join(fields) + "}").encode()
+
+
+# ---- consuming --------------------------------------------------------------------------
+def _accepted_json_types(data_type: DataType) -> tuple[str, ...]:
+    """``schema_of_variant`` type names a column accepts (VOID = JSON null)."""
+    if isinstance(data_type, _TEXT_TYPES):
+        return ("STRING", "VOID")
+    if isinstance(data_type, _INTEGER_TYPES):
+        return ("BIGINT", "DECIMAL", "VOID")  # huge integers arrive as DECIMAL(n,0)
+    if isinstance(data_type, DecimalType):
+        return ("BIGINT", "DECIMAL", "DOUBLE", "VOID")
+    return ("STRING", "BIGINT", "DECIMAL", "DOUBLE", "BOOLEAN", "VOID")
+
+
+def _base_type(type_name: Column) -> Column:
+    """'DECIMAL(5,2)' → 'DECIMAL', 'OBJECT<a: INT>' → 'OBJECT'."""
+    return F.regexp_extract(type_name, r"^([A-Z_]+)", 1)
+
+
+def decode(flow: Flow) -> callable:  # type: ignore[valid-type]
+    """Kafka rows (key, value, topic, partition, offset) → the write path's raw changes."""
+
+    def transform(kafka: DataFrame) -> DataFrame:
+        value = F.col("value")
+        text = F.when(F.is_valid_utf8(value), value.cast("string"))
+        doc = F.try_parse_json(text)
+        top = _base_type(F.schema_of_variant(doc))
+        field = {c: F.try_variant_get(doc, f"$.{c}", "variant") for c in flow.columns}
+        missing = [F.when(field[c].isNull(), F.lit(c)) for c in flow.columns]
+        wrong = [
+            F.when(
+                ~_base_type(F.schema_of_variant(field[f.name])).isin(
+                    *_accepted_json_types(f.dataType)),
+                F.concat(F.lit(f"{f.name} is "), F.schema_of_variant(field[f.name])),
+            )
+            for f in flow.schema.fields
+        ]
+        present = lambda cols: F.array_join(F.filter(F.array(*cols), lambda x: x.isNotNull()), ", ")
+        rule = (
+            F.when(doc.isNull(), F.lit(JSON_INVALID))
+            .when(top != F.lit("OBJECT"), F.lit(JSON_NOT_OBJECT))
+            .when(F.length(present(missing)) > 0, F.lit(JSON_MISSING_FIELD))
+            .when(F.length(present(wrong)) > 0, F.lit(JSON_WRONG_TYPE))
+        )
+        detail = (
+            F.when(text.isNull() & value.isNotNull(), F.lit("value is not valid UTF-8"))
+            .when(value.isNull(), F.lit("empty message (null value)"))
+            .when(doc.isNull(), F.lit("value is not valid JSON"))
+            .when(top != F.lit("OBJECT"), F.concat(F.lit("value is a JSON "), top))
+            .when(F.length(present(missing)) > 0,
+                  F.concat(F.lit("missing fields: "), present(missing)))
+            .otherwise(F.concat(F.lit("wrong JSON types: "), present(wrong)))
+        )
+        decodable = rule.isNull()
+        columns = [
+            F.when(decodable, F.try_variant_get(doc, f"$.{c}", "string")).alias(c)
+            for c in flow.columns
+        ]
+        return kafka.select(
+            *columns,
+            F.concat_ws(":", "topic", F.col("partition").cast("string"),
+                        F.col("offset").cast("string")).alias(SOURCE_REF),
+            F.coalesce(text, F.concat(F.lit("base64:"), F.base64(value))).alias(RAW),
+            F.lit(KAFKA_SOURCE).alias(SOURCE),
+            rule.alias(MALFORMED),
+            F.when(~decodable, detail).alias(DECODE_ERROR),
+            F.col("key").alias("_kafka_key"),
+            value.alias("_kafka_value"),
+            F.col("timestamp").alias("_kafka_ts"),
+        )
+
+    return transform

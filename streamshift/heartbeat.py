@@ -1,0 +1,121 @@
+"""Stream job heartbeats and progress, as plain files anyone can read (CLI, Airflow, reports).
+
+Per streaming query ``<flow>-<layer>`` under ``STREAMSHIFT_HOME/status``:
+
+* ``<name>.json``: the latest heartbeat (state, pid, last batch, rows/s, lag), replaced
+  atomically on every progress or idle event;
+* ``<name>.progress.jsonl``: one line per micro-batch, for lag/latency charts over the day.
+
+Files, not a Delta table: a per-batch Delta commit would cost more than many batches do.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from streamshift.kafka import pid_alive
+
+
+def status_dir(home: Path) -> Path:
+    return home / "status"
+
+
+def query_name(flow: str, layer: str) -> str:
+    return f"{flow}-{layer}"
+
+
+def heartbeat_path(home: Path, flow: str, layer: str) -> Path:
+    return status_dir(home) / f"{query_name(flow, layer)}.json"
+
+
+def progress_path(home: Path, flow: str, layer: str) -> Path:
+    return status_dir(home) / f"{query_name(flow, layer)}.progress.jsonl"
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+def write_heartbeat(path: Path, beat: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(beat, indent=1, default=str))
+    tmp.replace(path)
+
+
+def append_progress(path: Path, record: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record, default=str) + "\n")
+
+
+def read_progress(path: Path) -> Iterator[dict[str, Any]]:
+    if not path.exists():
+        return
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                yield json.loads(line)
+
+
+def offsets_lag(latest: dict[str, dict[str, int]] | None,
+                processed: dict[str, dict[str, int]] | None) -> int | None:
+    """Events behind: sum over partitions of latest offset minus processed offset."""
+    if not latest:
+        return None
+    processed = processed or {}
+    return sum(
+        max(0, int(end) - int(processed.get(topic, {}).get(part, 0)))
+        for topic, parts in latest.items()
+        for part, end in parts.items()
+    )
+
+
+@dataclass
+class StreamStatus:
+    flow: str
+    layer: str
+    running: bool
+    beat: dict[str, Any]
+    lag_now: int | None = None  # from the broker's end offsets, when it answers
+
+    def describe(self) -> str:
+        b = self.beat
+        if self.running:
+            state = f"running (pid {b.get('pid')})"
+        elif b.get("state") == "running":
+            state = f"not running (process {b.get('pid')} is gone without stopping: killed?)"
+        else:
+            state = f"not running ({b.get('state', 'unknown')})"
+        parts = [f"{self.flow}/{self.layer}: {state}"]
+        if b.get("last_batch_at"):
+            age = (dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(b["last_batch_at"])).total_seconds()
+            parts.append(f"last batch {b.get('last_batch_id')} at {b['last_batch_at']} ({age:.0f}s ago, "
+                         f"{b.get('input_rows', 0)} rows, {b.get('processed_rows_per_second', 0):,.0f} rows/s)")
+        else:
+            parts.append("no batch yet")
+        lag = self.lag_now if self.lag_now is not None else b.get("lag")
+        parts.append(f"lag {lag if lag is not None else 'unknown'} events")
+        if b.get("error"):
+            parts.append(f"error: {b['error']}")
+        return "; ".join(parts)
+
+
+def read_status(home: Path) -> list[StreamStatus]:
+    """Every stream job that ever wrote a heartbeat under ``home``."""
+    statuses = []
+    for path in sorted(status_dir(home).glob("*.json")):
+        try:
+            beat = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        pid = beat.get("pid")
+        running = beat.get("state") == "running" and isinstance(pid, int) and pid_alive(pid)
+        statuses.append(StreamStatus(beat.get("flow", "?"), beat.get("layer", "?"), running, beat))
+    return statuses

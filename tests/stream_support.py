@@ -1,0 +1,82 @@
+"""Helpers for the streaming tests: per-test settings and topics, the oracle, table snapshots."""
+
+from __future__ import annotations
+
+import csv
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import functions as F
+
+from flows.trades import FLOW
+from streamshift.settings import Settings
+from streamshift.tables import read
+from streamshift.writepath import (
+    FAILED,
+    IS_DELETED,
+    SOURCE,
+    SOURCE_REF,
+    Target,
+    checked_changes,
+    distinct_versions,
+    latest_per_key,
+    raw_schema,
+)
+
+# Columns that say *when* or *how* a row arrived; equal states may differ in them.
+ARRIVAL = ["_applied_at", SOURCE, SOURCE_REF]
+
+
+def isolated(settings: Settings, home: Path, **changes: Any) -> Settings:
+    """Settings with their own home (warehouse, checkpoints, status) on the shared broker."""
+    return replace(settings, home=home, **changes)
+
+
+def new_topic(prefix: str = "trades") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def csv_rows(*paths: Path) -> list[dict[str, str]]:
+    rows: list[dict[str, str]] = []
+    for path in paths:
+        with open(path, newline="") as handle:
+            rows += list(csv.DictReader(handle))
+    return rows
+
+
+def oracle(spark, rows: list[dict[str, str]], reference) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """What the tables must hold after ``rows`` in any order, computed by the pure transforms."""
+    raw = spark.createDataFrame(
+        [tuple(r.get(c) for c in FLOW.columns) + (f"oracle:{i}", "") for i, r in enumerate(rows)],
+        raw_schema(FLOW),
+    ).withColumn(SOURCE, F.lit("oracle"))
+    checked = checked_changes(FLOW, raw, reference)
+    accepted = checked.where(f"size({FAILED}) = 0")
+    latest = latest_per_key(FLOW, accepted)
+    state_columns = [c for c in latest.columns if not c.startswith("_")]
+    return {
+        "current": sorted((tuple(r) for r in latest.select(*state_columns).collect()), key=repr),
+        "history": sorted(
+            (tuple(r) for r in distinct_versions(FLOW, accepted).select("trade_id", "version")
+             .collect()), key=repr),
+        "positions": sorted(
+            (tuple(r) for r in FLOW.view("positions").compute(latest.where(f"NOT {IS_DELETED}"))
+             .collect()), key=repr),
+        "rejected": checked.where(f"size({FAILED}) > 0").count(),
+        "state_columns": state_columns,
+    }
+
+
+def state(spark, target: Target, state_columns: list[str]) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """The same picture read back from a layer's Delta tables."""
+    t = target.tables
+    history = read(spark, t.history)
+    return {
+        "current": sorted((tuple(r) for r in read(spark, t.current).select(*state_columns).collect()),
+                          key=repr),
+        "history": sorted((tuple(r) for r in history.select("trade_id", "version").collect()),
+                          key=repr),
+        "positions": sorted((tuple(r) for r in read(spark, t.view("positions")).collect()), key=repr),
+    }
