@@ -1,0 +1,110 @@
+"""`streamshift stream` as an operator runs it: killed with SIGKILL, restarted, stopped by SIGTERM."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from flows.trades import FLOW
+from streamshift.generate import generate_day
+from streamshift.heartbeat import heartbeat_path
+from streamshift.produce import produce_rows, read_rows
+from streamshift.writepath import Target
+from tests.stream_support import isolated, new_topic, oracle, state
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
+
+DAY = dt.date(2026, 11, 20)
+
+
+def _env(home: Path, bootstrap: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
+    env.update(STREAMSHIFT_HOME=str(home), STREAMSHIFT_SPARK_MASTER="local[2]",
+               STREAMSHIFT_SPARK_SHUFFLE_PARTITIONS="2",
+               STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS=bootstrap,
+               STREAMSHIFT_MAX_OFFSETS_PER_TRIGGER="150")
+    return env
+
+
+def _start(home: Path, bootstrap: str, topic: str, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "streamshift.cli", "stream", "--flow", "trades", "--topic", topic,
+         "--trigger", "1 second"],
+        env=_env(home, bootstrap), stdout=open(log, "ab"), stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group: the JVM child dies with it
+    )
+
+
+def _beat(home: Path) -> dict:  # type: ignore[type-arg]
+    path = heartbeat_path(home, "trades", "stream")
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _status(home: Path, bootstrap: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "streamshift.cli", "status"],
+                          env=_env(home, bootstrap), capture_output=True, text=True, timeout=60)
+
+
+def test_sigkill_at_random_points_then_sigterm_ends_in_the_oracle_state(  # type: ignore[no-untyped-def]
+        spark, kafka_settings, tmp_path) -> None:
+    settings = isolated(kafka_settings, tmp_path / "home")
+    files = generate_day(DAY, 900, tmp_path / "files", seed=31, progress=False)
+    rows = read_rows(files.eod, FLOW) + read_rows(files.corrections, FLOW)
+    random.Random(5).shuffle(rows)
+    topic = new_topic()
+    produce_rows(settings, FLOW, rows, topic=topic, progress=False)
+    bootstrap = settings.kafka_bootstrap_servers
+    log = tmp_path / "stream.log"
+    rng = random.Random(17)
+
+    kills = 0
+    while kills < 3:
+        job = _start(settings.home, bootstrap, topic, log)
+        # Wait until the query runs, then kill at a random point of its batches.
+        deadline = time.monotonic() + 180
+        while _beat(settings.home).get("pid") != job.pid or _beat(settings.home).get("state") != "running":
+            assert job.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "stream job did not start"
+            time.sleep(0.5)
+        time.sleep(rng.uniform(2, 25))
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(30)
+        kills += 1
+        killed = _status(settings.home, bootstrap)
+        assert killed.returncode == 3 and "killed?" in killed.stdout, killed.stdout
+
+    # Restart; once everything is processed, SIGTERM stops it cleanly.
+    job = _start(settings.home, bootstrap, topic, log)
+    deadline = time.monotonic() + 600
+    while True:
+        beat = _beat(settings.home)
+        if beat.get("pid") == job.pid and beat.get("lag") == 0 and beat.get("last_batch_id") is not None:
+            break
+        assert job.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"stream did not catch up: {beat}"
+        time.sleep(1)
+    running = _status(settings.home, bootstrap)
+    assert running.returncode == 0 and f"running (pid {job.pid})" in running.stdout
+    os.kill(job.pid, signal.SIGTERM)  # the driver only, as a supervisor would
+    assert job.wait(120) == 0, log.read_text()[-3000:]
+    assert _beat(settings.home)["state"] == "stopped"
+    assert "stopped on request" in log.read_text()
+
+    target = Target.open(spark, settings, FLOW, "stream")
+    expected = oracle(spark, rows, target.reference)
+    got = state(spark, target, expected["state_columns"])
+    assert got["history"] == expected["history"]  # every version once, none twice
+    assert got["current"] == expected["current"]
+    assert got["positions"] == expected["positions"]
