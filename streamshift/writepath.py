@@ -177,6 +177,7 @@ class Target:
         self.flow = flow
         self.tables = tables
         self.reference = reference
+        self._closed: tuple[int, set[dt.date]] | None = None
         self._ensure_tables()
 
     @classmethod
@@ -203,9 +204,16 @@ class Target:
                          change_data_feed=True)
 
     def closed_dates(self) -> set[dt.date]:
-        """Business dates an EOD run has closed for this flow (any layer)."""
-        runs = read(self.spark, self.tables.eod_runs).where(F.col("flow") == self.flow.name)
-        return {r[0] for r in runs.select("business_date").distinct().collect()}
+        """Business dates an EOD run has closed for this flow (any layer).
+
+        Re-read only when ``eod_runs`` has a new commit: a streaming job asks every batch.
+        """
+        version = delta_log_version(self.spark, self.tables.eod_runs)
+        if self._closed is None or self._closed[0] != version:
+            runs = read(self.spark, self.tables.eod_runs).where(F.col("flow") == self.flow.name)
+            dates = {r[0] for r in runs.select("business_date").distinct().collect()}
+            self._closed = (version, dates)
+        return set(self._closed[1])
 
 
 def state_columns(flow: Flow, checked: DataFrame) -> DataFrame:
@@ -225,21 +233,24 @@ def _in_list(column: str, values: list[object]) -> str:
     return f"{column} IN ({', '.join(literal(v) for v in values)})"
 
 
-def _table_version(spark: SparkSession, path: str) -> int:
-    from delta.tables import DeltaTable
+def _merge_counts(merge_output: DataFrame) -> dict[str, int]:
+    """The row counts a Delta MERGE returns (num_inserted_rows, num_updated_rows, ...)."""
+    row = merge_output.first()
+    return {k: int(v or 0) for k, v in row.asDict().items()} if row is not None else {}
 
-    return int(DeltaTable.forPath(spark, path).history(1).select("version").first()[0])
 
-
-def _merge_metrics(spark: SparkSession, path: str, version_before: int) -> dict[str, int]:
-    """Metrics of the MERGE just run; empty when it committed nothing (a no-op MERGE)."""
-    from delta.tables import DeltaTable
-
-    row = DeltaTable.forPath(spark, path).history(1).select(
-        "version", "operation", "operationMetrics").first()
-    if row is None or row.version == version_before or row.operation != "MERGE":
-        return {}
-    return {k: int(v) for k, v in (row.operationMetrics or {}).items() if v.isdigit()}
+def delta_log_version(spark: SparkSession, path: str) -> int:
+    """The table's latest commit number, from a listing of ``_delta_log`` (no log replay)."""
+    jvm = spark.sparkContext._jvm
+    log_dir = jvm.org.apache.hadoop.fs.Path(f"{path}/_delta_log")
+    fs = log_dir.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(log_dir):
+        return -1
+    versions = [
+        int(name[:-5]) for name in (status.getPath().getName() for status in fs.listStatus(log_dir))
+        if name.endswith(".json") and name[:-5].isdigit()
+    ]
+    return max(versions, default=-1)
 
 
 def apply_changes(
@@ -317,11 +328,11 @@ def _apply_accepted(spark: SparkSession, flow: Flow, accepted: DataFrame, target
     key, version, bd = flow.key, flow.version, flow.business_date
     versions = distinct_versions(flow, accepted).persist()
     try:
-        keys_rows = versions.select(key).distinct().collect()
-        keys = [r[0] for r in keys_rows]
+        key_dates = versions.select(key, bd).distinct().collect()
+        keys = sorted({r[0] for r in key_dates})
         small = len(keys) < PRUNE_KEYS_BELOW
         key_filter = _in_list(f"t.{key}", keys) if small else "true"
-        incoming_dates = sorted({r[0] for r in versions.select(bd).distinct().collect()})
+        incoming_dates = sorted({r[1] for r in key_dates})
         timer.lap("keys")
 
         # 3. history: every accepted version, once.
@@ -337,45 +348,45 @@ def _apply_accepted(spark: SparkSession, flow: Flow, accepted: DataFrame, target
         timer.lap("history")
 
         # Every version any touched key has had: its groups are the ones to recompute.
+        # (Read back from history, so a run that died after moving a trade in current state
+        # but before fixing the views still finds the trade's old group when re-run.)
         history = read(spark, tables.history)
         key_versions = (
             history.where(F.col(key).isin(keys)) if small
             else history.join(versions.select(key).distinct(), key, "left_semi")
-        ).persist()
-        touched_dates = sorted({r[0] for r in key_versions.select(bd).distinct().collect()}
-                               | set(incoming_dates))
+        )
+        group_columns = sorted({bd} | {c for v in flow.views for c in v.group_key})
+        touched = key_versions.select(*group_columns).distinct().collect()
+        touched_dates = sorted({r[bd] for r in touched} | set(incoming_dates))
         date_filter = _in_list(f"t.{bd}", touched_dates)
         timer.lap("touched")
 
         # 4. current state: highest version per key, only where higher than stored.
         latest = latest_per_key(flow, versions)
-        current_version = _table_version(spark, tables.current)
-        (
+        merged = (
             DeltaTable.forPath(spark, tables.current).alias("t")
             .merge(latest.alias("s"), f"t.{key} = s.{key} AND {date_filter} AND {key_filter}")
             .whenMatchedUpdateAll(condition=f"s.{version} > t.{version}")
             .whenNotMatchedInsertAll()
             .execute()
         )
-        metrics = _merge_metrics(spark, tables.current, current_version)
-        result.applied = metrics.get("numTargetRowsInserted", 0) + metrics.get(
-            "numTargetRowsUpdated", 0
-        )
+        counts = _merge_counts(merged)
+        result.applied = counts.get("num_inserted_rows", 0) + counts.get("num_updated_rows", 0)
         timer.lap("current")
 
         # 5. views: recompute only the touched groups.
         current = read(spark, tables.current).where(_in_list(bd, touched_dates))
         live = current.where(~F.col(IS_DELETED))
         for view in flow.views:
-            groups = key_versions.select(*view.group_key).distinct()
-            result.touched_groups[view.name] = _merge_view(
-                spark, view, live, groups, tables.view(view.name), date_filter
-            )
-        key_versions.unpersist()
+            groups_rows = sorted({tuple(r[c] for c in view.group_key) for r in touched},
+                                 key=repr)
+            groups = spark.createDataFrame(groups_rows, live.select(*view.group_key).schema)
+            _merge_view(spark, view, live, groups, tables.view(view.name), date_filter)
+            result.touched_groups[view.name] = len(groups_rows)
         timer.lap("views")
 
         # 6. late events: changes for dates an EOD run already closed.
-        closed = sorted(target.closed_dates() - ({closing_date} if closing_date else set()))
+        closed = target.closed_dates() - ({closing_date} if closing_date else set())
         late_dates = [d for d in incoming_dates if d in closed]
         if late_dates:
             late = versions.where(_in_list(bd, late_dates)).select(
@@ -393,18 +404,19 @@ def _apply_accepted(spark: SparkSession, flow: Flow, accepted: DataFrame, target
                 .whenNotMatchedInsertAll()
                 .execute()
             )
-            result.late = late.count()
+            result.late = sum(1 for r in key_dates if r[1] in late_dates)
         timer.lap("late")
     finally:
         versions.unpersist()
 
 
 def _merge_view(spark: SparkSession, view, live: DataFrame, groups: DataFrame,  # type: ignore[no-untyped-def]
-                path: str, date_filter: str) -> int:
+                path: str, date_filter: str) -> None:
     from delta.tables import DeltaTable
 
-    source = recompute_view_groups(view.compute, live, groups, view.group_key).persist()
-    n_groups = source.count()
+    # Persisted so the MERGE's two passes (find files, write) recompute the groups once.
+    source = recompute_view_groups(view.compute, live, F.broadcast(groups),
+                                   view.group_key).persist()
     value_columns = [c for c in source.columns if c not in view.group_key and c != "_present"]
     on = " AND ".join(f"t.{c} <=> s.{c}" for c in view.group_key)
     changed = " OR ".join(f"NOT (t.{c} <=> s.{c})" for c in value_columns)
@@ -420,4 +432,3 @@ def _merge_view(spark: SparkSession, view, live: DataFrame, groups: DataFrame,  
         .execute()
     )
     source.unpersist()
-    return n_groups
