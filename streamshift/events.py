@@ -107,48 +107,58 @@ def decode(flow: Flow) -> callable:  # type: ignore[valid-type]
     """Kafka rows (key, value, topic, partition, offset) → the write path's raw changes."""
 
     def transform(kafka: DataFrame) -> DataFrame:
+        # Staged projections: the JSON is parsed once per message and each field extracted
+        # once (a single projection would re-evaluate the parse in every expression using it).
         value = F.col("value")
         text = F.when(F.is_valid_utf8(value), value.cast("string"))
-        doc = F.try_parse_json(text)
-        top = _base_type(F.schema_of_variant(doc))
-        field = {c: F.try_variant_get(doc, f"$.{c}", "variant") for c in flow.columns}
-        missing = [F.when(field[c].isNull(), F.lit(c)) for c in flow.columns]
+        staged = kafka.select(
+            "key", "value", "topic", "partition", "offset", "timestamp",
+            text.alias("_text"), F.try_parse_json(text).alias("_doc"),
+        ).select(
+            "*",
+            _base_type(F.schema_of_variant("_doc")).alias("_top"),
+            *[F.try_variant_get("_doc", f"$.{c}", "variant").alias(f"_v_{c}") for c in flow.columns],
+        ).select(
+            "*",
+            *[_base_type(F.schema_of_variant(f"_v_{c}")).alias(f"_t_{c}") for c in flow.columns],
+        )
+        missing = [F.when(F.col(f"_v_{c}").isNull(), F.lit(c)) for c in flow.columns]
         wrong = [
-            F.when(
-                ~_base_type(F.schema_of_variant(field[f.name])).isin(
-                    *_accepted_json_types(f.dataType)),
-                F.concat(F.lit(f"{f.name} is "), F.schema_of_variant(field[f.name])),
-            )
+            F.when(~F.col(f"_t_{f.name}").isin(*_accepted_json_types(f.dataType)),
+                   F.concat(F.lit(f"{f.name} is "), F.col(f"_t_{f.name}")))
             for f in flow.schema.fields
         ]
-        present = lambda cols: F.array_join(F.filter(F.array(*cols), lambda x: x.isNotNull()), ", ")
+
+        def joined(cols: list[Column]) -> Column:
+            return F.array_join(F.filter(F.array(*cols), lambda x: x.isNotNull()), ", ")
+
+        checked = staged.select("*", joined(missing).alias("_missing"),
+                                joined(wrong).alias("_wrong"))
+        doc, top = F.col("_doc"), F.col("_top")
         rule = (
             F.when(doc.isNull(), F.lit(JSON_INVALID))
             .when(top != F.lit("OBJECT"), F.lit(JSON_NOT_OBJECT))
-            .when(F.length(present(missing)) > 0, F.lit(JSON_MISSING_FIELD))
-            .when(F.length(present(wrong)) > 0, F.lit(JSON_WRONG_TYPE))
+            .when(F.length("_missing") > 0, F.lit(JSON_MISSING_FIELD))
+            .when(F.length("_wrong") > 0, F.lit(JSON_WRONG_TYPE))
         )
         detail = (
-            F.when(text.isNull() & value.isNotNull(), F.lit("value is not valid UTF-8"))
+            F.when(F.col("_text").isNull() & value.isNotNull(), F.lit("value is not valid UTF-8"))
             .when(value.isNull(), F.lit("empty message (null value)"))
             .when(doc.isNull(), F.lit("value is not valid JSON"))
             .when(top != F.lit("OBJECT"), F.concat(F.lit("value is a JSON "), top))
-            .when(F.length(present(missing)) > 0,
-                  F.concat(F.lit("missing fields: "), present(missing)))
-            .otherwise(F.concat(F.lit("wrong JSON types: "), present(wrong)))
+            .when(F.length("_missing") > 0, F.concat(F.lit("missing fields: "), F.col("_missing")))
+            .otherwise(F.concat(F.lit("wrong JSON types: "), F.col("_wrong")))
         )
-        decodable = rule.isNull()
-        columns = [
-            F.when(decodable, F.try_variant_get(doc, f"$.{c}", "string")).alias(c)
-            for c in flow.columns
-        ]
-        return kafka.select(
-            *columns,
+        with_rule = checked.select("*", rule.alias(MALFORMED))
+        decodable = F.col(MALFORMED).isNull()
+        return with_rule.select(
+            *[F.when(decodable, F.try_variant_get(f"_v_{c}", "$", "string")).alias(c)
+              for c in flow.columns],
             F.concat_ws(":", "topic", F.col("partition").cast("string"),
                         F.col("offset").cast("string")).alias(SOURCE_REF),
-            F.coalesce(text, F.concat(F.lit("base64:"), F.base64(value))).alias(RAW),
+            F.coalesce(F.col("_text"), F.concat(F.lit("base64:"), F.base64(value))).alias(RAW),
             F.lit(KAFKA_SOURCE).alias(SOURCE),
-            rule.alias(MALFORMED),
+            F.col(MALFORMED),
             F.when(~decodable, detail).alias(DECODE_ERROR),
             F.col("key").alias("_kafka_key"),
             value.alias("_kafka_value"),

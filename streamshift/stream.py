@@ -124,7 +124,9 @@ class StreamTotals:
         self.rejected += result.rejected
         self.late += result.late
         self.dead_lettered += dead
-        self.last = {batch_id: result}
+        self.last[batch_id] = result  # read by the progress listener, which runs behind
+        for old in sorted(self.last)[:-50]:
+            del self.last[old]
 
     def describe(self) -> str:
         return (f"{self.batches} batches, {self.received} events: {self.accepted} accepted, "
@@ -163,13 +165,16 @@ def batch_writer(settings: Settings, flow: Flow, target: Target, dlq: str, label
     def write(batch: DataFrame, batch_id: int) -> None:
         stop.enter()
         try:
+            started = time.perf_counter()
             decoded = batch.transform(decode(flow)).persist()
             try:
                 batch_label = f"{label}:{batch_id}"
                 dead = forward_undecodable(target.spark, settings, flow, target, decoded, dlq,
                                            batch_label)
+                decode_seconds = time.perf_counter() - started
                 result = apply_changes(flow, decoded.drop(*KAFKA_COLUMNS, DECODE_ERROR),
                                        KAFKA_SOURCE, target, batch_id=batch_label)
+                result.seconds_by_step = {"decode": decode_seconds, **result.seconds_by_step}
                 totals.add(batch_id, result, dead)
             finally:
                 decoded.unpersist()
@@ -219,6 +224,7 @@ class ProgressRecorder(StreamingQueryListener):
         source = p.sources[0] if p.sources else None
         latest = _offsets(source.latestOffset) if source else None
         processed = _offsets(source.endOffset) if source else None
+        started_from = _offsets(source.startOffset) if source else None
         result = self.totals.last.get(p.batchId)
         record = {
             "flow": self.flow, "layer": self.layer, "batch_id": p.batchId,
@@ -226,7 +232,9 @@ class ProgressRecorder(StreamingQueryListener):
             "input_rows_per_second": p.inputRowsPerSecond,
             "processed_rows_per_second": p.processedRowsPerSecond,
             "duration_ms": p.batchDuration, "latest_offsets": latest,
-            "processed_offsets": processed, "lag": heartbeat.offsets_lag(latest, processed),
+            "start_offsets": started_from, "processed_offsets": processed,
+            "lag": heartbeat.offsets_lag(latest, processed),
+            "views_committed_at": result.views_committed_at if result else None,
             "accepted": result.accepted if result else None,
             "rejected": result.rejected if result else None,
             "late": result.late if result else None,

@@ -160,6 +160,7 @@ class ApplyResult:
     touched_groups: dict[str, int] = field(default_factory=dict)
     rejected_by_rule: dict[str, int] = field(default_factory=dict)
     seconds_by_step: dict[str, float] = field(default_factory=dict)
+    views_committed_at: float | None = None  # wall clock when the views showed the changes
 
     def describe(self) -> str:
         groups = ", ".join(f"{v} {k} groups" for k, v in self.touched_groups.items())
@@ -383,6 +384,7 @@ def _apply_accepted(spark: SparkSession, flow: Flow, accepted: DataFrame, target
             groups = spark.createDataFrame(groups_rows, live.select(*view.group_key).schema)
             _merge_view(spark, view, live, groups, tables.view(view.name), date_filter)
             result.touched_groups[view.name] = len(groups_rows)
+        result.views_committed_at = time.time()
         timer.lap("views")
 
         # 6. late events: changes for dates an EOD run already closed.
