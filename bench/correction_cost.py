@@ -18,15 +18,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pyspark.sql import functions as F  # noqa: E402
+from pyspark.sql import functions as F
 
-from streamshift.batch import run_eod  # noqa: E402
-from streamshift.generate import generate_day  # noqa: E402
-from streamshift.registry import get_flow  # noqa: E402
-from streamshift.settings import load_settings  # noqa: E402
-from streamshift.spark import get_spark  # noqa: E402
-from streamshift.tables import read  # noqa: E402
-from streamshift.writepath import IS_DELETED, Target, apply_changes, raw_schema  # noqa: E402
+from streamshift.batch import run_eod
+from streamshift.generate import generate_day
+from streamshift.registry import get_flow
+from streamshift.settings import load_settings
+from streamshift.spark import get_spark
+from streamshift.tables import read
+from streamshift.writepath import IS_DELETED, Target, apply_changes, raw_schema
 
 DAY = dt.date(2026, 11, 20)
 

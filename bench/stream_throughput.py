@@ -22,13 +22,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from streamshift.generate import generate_day  # noqa: E402
-from streamshift.kafka import LocalBroker, ensure_topic, free_port  # noqa: E402
-from streamshift.produce import produce_rows, read_rows  # noqa: E402
-from streamshift.registry import get_flow  # noqa: E402
-from streamshift.settings import load_settings  # noqa: E402
-from streamshift.spark import get_spark  # noqa: E402
-from streamshift.stream import run_stream  # noqa: E402
+from streamshift.generate import generate_day
+from streamshift.kafka import LocalBroker, ensure_topic, free_port
+from streamshift.produce import produce_rows, read_rows
+from streamshift.registry import get_flow
+from streamshift.settings import load_settings
+from streamshift.spark import get_spark
+from streamshift.stream import run_stream
 
 DAY = dt.date(2026, 11, 20)
 

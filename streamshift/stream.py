@@ -235,6 +235,7 @@ class ProgressRecorder(StreamingQueryListener):
             "start_offsets": started_from, "processed_offsets": processed,
             "lag": heartbeat.offsets_lag(latest, processed),
             "views_committed_at": result.views_committed_at if result else None,
+            "seconds_by_step": result.seconds_by_step if result else None,
             "accepted": result.accepted if result else None,
             "rejected": result.rejected if result else None,
             "late": result.late if result else None,

@@ -63,7 +63,14 @@ def test_generate_load_show_and_a_bad_file(tmp_path: Path) -> None:
 
 
 def test_every_command_has_help() -> None:
-    for command in ("settings", "kafka", "demo", "eod", "show", "generate", "spark-submit-args"):
+    import argparse
+
+    from streamshift.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    commands = list(sub.choices)
+    assert {"eod", "show", "generate", "produce", "stream", "status", "demo"} <= set(commands)
+    for command in commands:
         result = subprocess.run([sys.executable, "-m", "streamshift.cli", command, "--help"],
                                 capture_output=True, text=True, timeout=60)
         assert result.returncode == 0 and "usage: streamshift" in result.stdout, command
