@@ -87,8 +87,68 @@ def _cmd_eod(args: argparse.Namespace) -> int:
 def _cmd_show(args: argparse.Namespace) -> int:
     from streamshift.show import show
 
+    if args.layer == "serving":
+        from streamshift.show import serving_view_frame
+
+        spark, target = _open_target(args.flow, "stream")
+        frame = serving_view_frame(spark, load_settings(), target.flow, args.view, args.date)
+        show(spark, target, args.view, args.date, args.format, args.limit, sys.stdout, frame)
+        return 0
     spark, target = _open_target(args.flow, args.layer)
     show(spark, target, args.view, args.date, args.format, args.limit, sys.stdout)
+    return 0
+
+
+def _cmd_reconcile(args: argparse.Namespace) -> int:
+    from streamshift.recon_jobs import reconcile_date
+
+    for path in (args.against, args.eod_file):
+        if path is not None and not path.exists():
+            raise UserError(f"file {path} not found")
+    spark, target = _open_target(args.flow, "stream")
+    results = reconcile_date(spark, load_settings(), target.flow, args.date,
+                             against=args.against, eod_file=args.eod_file,
+                             parity=not args.no_parity)
+    for result in results:
+        print(result.describe())
+        for b in result.worst[:5]:
+            print(f"    {b['kind']:15} {b['key']} {b['column'] or ''} "
+                  f"{b['left_value']} → {b['right_value']}")
+    breaks = sum(r.breaks for r in results)
+    print(f"run {results[0].run_id if results else '-'}: {breaks} breaks in {len(results)} "
+          "reconciliations (details in recon_breaks)")
+    return 1 if args.fail_on_breaks and breaks else 0
+
+
+def _cmd_stage(args: argparse.Namespace) -> int:
+    from streamshift.stages import current_stage, promotion_evidence, stage_history
+
+    spark, target = _open_target(args.flow, "stream")
+    settings = load_settings()
+    flow = target.flow
+    print(f"{flow.name}: stage {current_stage(spark, settings, flow)}")
+    evidence = promotion_evidence(spark, settings, flow)
+    print(f"promotion evidence (last {evidence.window} reconciled dates, stream vs batch):")
+    for d in evidence.dates:
+        print(f"    {d['business_date']}  {'clean' if d['clean'] else str(d['breaks']) + ' breaks'}"
+              f"  (run {d['run_id']})")
+    for problem in evidence.problems():
+        print(f"    not enough: {problem}")
+    print("stage history:")
+    for change in stage_history(spark, settings, flow):
+        forced = f" FORCED ({change['reason']})" if change["forced"] else ""
+        print(f"    {change['changed_at']}  {change['from_stage']} → {change['to_stage']}  "
+              f"by {change['changed_by']}{forced}")
+    return 0
+
+
+def _cmd_promote(args: argparse.Namespace) -> int:
+    from streamshift.stages import promote
+
+    spark, target = _open_target(args.flow, "stream")
+    change = promote(spark, load_settings(), target.flow, args.to, force=args.force,
+                     reason=args.reason)
+    print(change.describe())
     return 0
 
 
@@ -210,7 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--flow", required=True)
     p.add_argument("--view", required=True, help="a view name, current, quarantine, late_events")
     p.add_argument("--date", type=_date, help="business date YYYY-MM-DD (default: all)")
-    p.add_argument("--layer", choices=["batch", "stream"], default="batch")
+    p.add_argument("--layer", choices=["batch", "stream", "serving"], default="batch",
+                   help="serving: what readers get in the flow's migration stage")
     p.add_argument("--format", choices=["table", "csv"], default="table")
     p.add_argument("--limit", type=int, default=0, help="at most this many rows (0: all)")
     p.set_defaults(handler=_cmd_show)
@@ -268,6 +329,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--flow", help="only this flow")
     p.set_defaults(handler=_cmd_status)
+
+    p = sub.add_parser(
+        "reconcile",
+        help="reconcile a business date: stream vs batch, vs an external file, vs the EOD file",
+        description="Compare the stream and batch layers' views for the date (parity), the "
+        "serving layer against an external positions file (--against), and the current state "
+        "against the EOD trades file (--eod-file). Breaks go to recon_breaks, a summary to "
+        "recon_runs. Exit 1 with --fail-on-breaks when any break is found.",
+    )
+    p.add_argument("--flow", required=True)
+    p.add_argument("--date", required=True, type=_date)
+    p.add_argument("--against", type=Path, help="external view file, e.g. clearing positions")
+    p.add_argument("--eod-file", type=Path, help="the day's EOD trades file")
+    p.add_argument("--no-parity", action="store_true", help="skip stream vs batch")
+    p.add_argument("--fail-on-breaks", action="store_true")
+    p.set_defaults(handler=_cmd_reconcile)
+
+    p = sub.add_parser("stage", help="show a flow's migration stage, evidence and history")
+    p.add_argument("--flow", required=True)
+    p.set_defaults(handler=_cmd_stage)
+
+    p = sub.add_parser(
+        "promote",
+        help="move a flow to another migration stage (gated by reconciliation)",
+        description="Promote to the next stage (batch → shadow → stream → kappa) or demote to "
+        "an earlier one. Promotion to stream or kappa needs the last N reconciled business "
+        "dates clean (STREAMSHIFT_PROMOTION_WINDOW); --force overrides with a recorded reason.",
+    )
+    p.add_argument("--flow", required=True)
+    p.add_argument("--to", required=True, choices=["batch", "shadow", "stream", "kappa"])
+    p.add_argument("--force", action="store_true")
+    p.add_argument("--reason", help="why (required with --force)")
+    p.set_defaults(handler=_cmd_promote)
 
     return parser
 

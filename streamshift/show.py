@@ -10,6 +10,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streamshift.errors import StreamshiftError
+from streamshift.flow import Flow
+from streamshift.settings import Settings
 from streamshift.tables import read
 from streamshift.writepath import Target
 
@@ -42,9 +44,24 @@ def view_frame(spark: SparkSession, target: Target, view: str, date: dt.date | N
     return df.orderBy(*order)
 
 
+def serving_view_frame(spark: SparkSession, settings: Settings, flow: Flow, view: str,
+                       date: dt.date | None) -> DataFrame:
+    """A view or the current state as served in the flow's migration stage."""
+    from streamshift.stages import serving_frame
+
+    if view == "current":
+        df = serving_frame(spark, settings, flow, "current", date).drop("_applied_at")
+        return df.orderBy(flow.business_date, flow.key)
+    if view not in {v.name for v in flow.views}:
+        names = ", ".join([v.name for v in flow.views] + ["current"])
+        raise UnknownViewError(f"--layer serving shows views and the current state ({names}), "
+                               f"not {view!r}; use --layer batch or stream for it")
+    return serving_frame(spark, settings, flow, view, date).orderBy(*flow.view(view).group_key)
+
+
 def show(spark: SparkSession, target: Target, view: str, date: dt.date | None, fmt: str,
-         limit: int, out: TextIO) -> int:
-    df = view_frame(spark, target, view, date)
+         limit: int, out: TextIO, frame: DataFrame | None = None) -> int:
+    df = frame if frame is not None else view_frame(spark, target, view, date)
     if limit:
         df = df.limit(limit)
     rows = [["" if v is None else str(v) for v in r] for r in df.toLocalIterator()]

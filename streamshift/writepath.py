@@ -131,7 +131,7 @@ def distinct_versions(flow: Flow, df: DataFrame) -> DataFrame:
 def recompute_view_groups(view_compute, live: DataFrame, groups: DataFrame,  # type: ignore[no-untyped-def]
                           group_key: tuple[str, ...]) -> DataFrame:
     """The touched groups with their recomputed values; ``_present`` is null for vanished ones."""
-    in_groups = live.join(groups, list(group_key), "left_semi")
+    in_groups = live.join(F.broadcast(groups), list(group_key), "left_semi")
     recomputed = view_compute(in_groups).withColumn("_present", F.lit(True))
     return groups.join(recomputed, list(group_key), "left")
 
@@ -417,8 +417,7 @@ def _merge_view(spark: SparkSession, view, live: DataFrame, groups: DataFrame,  
     from delta.tables import DeltaTable
 
     # Persisted so the MERGE's two passes (find files, write) recompute the groups once.
-    source = recompute_view_groups(view.compute, live, F.broadcast(groups),
-                                   view.group_key).persist()
+    source = recompute_view_groups(view.compute, live, groups, view.group_key).persist()
     value_columns = [c for c in source.columns if c not in view.group_key and c != "_present"]
     on = " AND ".join(f"t.{c} <=> s.{c}" for c in view.group_key)
     changed = " OR ".join(f"NOT (t.{c} <=> s.{c})" for c in value_columns)

@@ -1,0 +1,223 @@
+"""Reconciliation: compare two versions of a view (or of the current state) for a business date.
+
+``compare`` is pure: a full outer join on the key, a per-column tolerance (exact unless the
+flow says otherwise), and one break row per missing key or per differing column. The three
+reconciliations of a business date build on it:
+
+* ``parity``: stream layer vs batch layer (the view, e.g. positions);
+* ``external``: the serving layer vs an external EOD positions file (the clearing house's);
+* ``eod_file``: the current state vs the EOD trades file (trades the stream missed or holds
+  at another version).
+
+Runs are recorded in ``recon_runs`` (one row per reconciliation) and their breaks in
+``recon_breaks``, both Delta tables under ``<warehouse>/control``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from decimal import Decimal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import DecimalType, IntegralType, NumericType, StructType
+
+from streamshift.errors import StreamshiftError
+from streamshift.flow import Flow
+from streamshift.tables import ensure_table
+
+if TYPE_CHECKING:
+    from streamshift.settings import Settings
+
+MISSING_LEFT = "missing_left"  # the key exists only on the right
+MISSING_RIGHT = "missing_right"  # the key exists only on the left
+VALUE_MISMATCH = "value_mismatch"
+KINDS = (MISSING_LEFT, MISSING_RIGHT, VALUE_MISMATCH)
+
+PARITY, EXTERNAL, EOD_FILE = "parity", "external", "eod_file"
+
+BREAK_COLUMNS = ["kind", "key", "column", "left_value", "right_value", "difference"]
+
+RECON_RUNS_SCHEMA = (
+    "run_id STRING, flow STRING, business_date DATE, recon STRING, left_side STRING, "
+    "right_side STRING, left_rows BIGINT, right_rows BIGINT, breaks BIGINT, "
+    "missing_left BIGINT, missing_right BIGINT, value_mismatch BIGINT, clean BOOLEAN, "
+    "stage STRING, run_at TIMESTAMP"
+)
+RECON_BREAKS_SCHEMA = (
+    "run_id STRING, flow STRING, business_date DATE, recon STRING, kind STRING, key STRING, "
+    "column STRING, left_value STRING, right_value STRING, difference DOUBLE, "
+    "found_at TIMESTAMP"
+)
+
+
+class ReconcileError(StreamshiftError):
+    pass
+
+
+# ---- pure ---------------------------------------------------------------------------------
+def compare(left: DataFrame, right: DataFrame, key: Sequence[str], columns: Sequence[str],
+            tolerances: Mapping[str, float] | None = None) -> DataFrame:
+    """Breaks between ``left`` and ``right`` keyed by ``key`` over ``columns``.
+
+    Numeric columns match when ``|right - left| <= tolerance`` (0 unless given); other
+    columns must be equal (null equals null). Output columns: kind, key (JSON of the key),
+    column (null for a missing key), left_value, right_value (JSON of the row for a
+    missing key), difference (right - left for numbers).
+    """
+    tolerances = tolerances or {}
+    numeric = {f.name for f in left.schema.fields if isinstance(f.dataType, NumericType)}
+    # Decimals and integers compare in exact decimal arithmetic (100.01 - 100.00 is exactly
+    # 0.01, within a 0.01 tolerance); only float columns compare as doubles.
+    exact = {f.name for f in left.schema.fields
+             if isinstance(f.dataType, DecimalType | IntegralType)}
+    l_side = left.select(*key, F.struct(*columns).alias("_l"), F.lit(True).alias("_in_l"))
+    r_side = right.select(*key, F.struct(*columns).alias("_r"), F.lit(True).alias("_in_r"))
+    joined = l_side.join(r_side, list(key), "full_outer")
+    key_json = F.to_json(F.struct(*[F.col(k).cast("string").alias(k) for k in key]))
+
+    def differs(c: str) -> Column:
+        lv, rv = F.col(f"_l.{c}"), F.col(f"_r.{c}")
+        if c in exact:
+            limit = F.lit(Decimal(repr(float(tolerances.get(c, 0)))))
+            return ~F.coalesce(F.abs(rv - lv) <= limit, lv.isNull() & rv.isNull())
+        if c in numeric:
+            return ~F.coalesce(
+                F.abs(rv.cast("double") - lv.cast("double")) <= F.lit(tolerances.get(c, 0.0)),
+                lv.isNull() & rv.isNull(),
+            )
+        return ~lv.eqNullSafe(rv)
+
+    cells = [
+        F.when(differs(c), F.struct(
+            F.lit(c).alias("column"),
+            F.col(f"_l.{c}").cast("string").alias("left_value"),
+            F.col(f"_r.{c}").cast("string").alias("right_value"),
+            ((F.col(f"_r.{c}").cast("double") - F.col(f"_l.{c}").cast("double"))
+             if c in numeric else F.lit(None).cast("double")).alias("difference"),
+        ))
+        for c in columns
+    ]
+    missing_left = joined.where(F.col("_in_l").isNull()).select(
+        F.lit(MISSING_LEFT).alias("kind"), key_json.alias("key"),
+        F.lit(None).cast("string").alias("column"), F.lit(None).cast("string").alias("left_value"),
+        F.to_json("_r").alias("right_value"), F.lit(None).cast("double").alias("difference"))
+    missing_right = joined.where(F.col("_in_r").isNull()).select(
+        F.lit(MISSING_RIGHT).alias("kind"), key_json.alias("key"),
+        F.lit(None).cast("string").alias("column"), F.to_json("_l").alias("left_value"),
+        F.lit(None).cast("string").alias("right_value"), F.lit(None).cast("double").alias("difference"))
+    mismatches = (
+        joined.where(F.col("_in_l") & F.col("_in_r"))
+        .select(key_json.alias("key"),
+                F.explode(F.filter(F.array(*cells), lambda x: x.isNotNull())).alias("cell"))
+        .select(F.lit(VALUE_MISMATCH).alias("kind"), "key", "cell.column", "cell.left_value",
+                "cell.right_value", "cell.difference")
+    )
+    return missing_left.unionByName(missing_right).unionByName(mismatches)
+
+
+# ---- the reconciliations ------------------------------------------------------------------
+@dataclass
+class ReconResult:
+    run_id: str
+    recon: str
+    business_date: dt.date
+    left_side: str
+    right_side: str
+    left_rows: int
+    right_rows: int
+    by_kind: dict[str, int] = field(default_factory=dict)
+    worst: list[dict[str, object]] = field(default_factory=list)
+
+    @property
+    def breaks(self) -> int:
+        return sum(self.by_kind.values())
+
+    @property
+    def clean(self) -> bool:
+        return self.breaks == 0
+
+    def describe(self) -> str:
+        head = (f"{self.recon} {self.business_date}: {self.left_side} ({self.left_rows} rows) vs "
+                f"{self.right_side} ({self.right_rows} rows): ")
+        if self.clean:
+            return head + "clean"
+        kinds = ", ".join(f"{n} {k}" for k, n in sorted(self.by_kind.items()) if n)
+        return head + f"{self.breaks} breaks ({kinds})"
+
+
+def recon_runs_path(settings: Settings) -> str:
+    return str(settings.warehouse / "control" / "recon_runs")
+
+
+def recon_breaks_path(settings: Settings) -> str:
+    return str(settings.warehouse / "control" / "recon_breaks")
+
+
+def ensure_recon_tables(spark: SparkSession, settings: Settings) -> None:
+    ensure_table(spark, recon_runs_path(settings), RECON_RUNS_SCHEMA, ("business_date",))
+    ensure_table(spark, recon_breaks_path(settings), RECON_BREAKS_SCHEMA, ("business_date",))
+
+
+def record(spark: SparkSession, settings: Settings, flow: Flow, breaks: DataFrame,
+           result: ReconResult, stage: str) -> ReconResult:
+    """Write the breaks and the run summary (breaks first: a run row means complete breaks)."""
+    ensure_recon_tables(spark, settings)
+    breaks = breaks.persist()
+    try:
+        counts = {r["kind"]: r["count"] for r in breaks.groupBy("kind").count().collect()}
+        result.by_kind = {k: counts.get(k, 0) for k in KINDS}
+        if result.breaks:
+            (breaks.select(
+                F.lit(result.run_id).alias("run_id"), F.lit(flow.name).alias("flow"),
+                F.lit(result.business_date).alias("business_date"),
+                F.lit(result.recon).alias("recon"), *BREAK_COLUMNS,
+                F.current_timestamp().alias("found_at"))
+             .write.format("delta").mode("append").save(recon_breaks_path(settings)))
+            worst = breaks.orderBy(F.abs(F.coalesce("difference", F.lit(float("inf")))).desc())
+            result.worst = [r.asDict() for r in worst.limit(10).collect()]
+    finally:
+        breaks.unpersist()
+    run = spark.createDataFrame(
+        [(result.run_id, flow.name, result.business_date, result.recon, result.left_side,
+          result.right_side, result.left_rows, result.right_rows, result.breaks,
+          result.by_kind[MISSING_LEFT], result.by_kind[MISSING_RIGHT],
+          result.by_kind[VALUE_MISMATCH], result.clean, stage)],
+        "run_id STRING, flow STRING, business_date DATE, recon STRING, left_side STRING, "
+        "right_side STRING, left_rows BIGINT, right_rows BIGINT, breaks BIGINT, "
+        "missing_left BIGINT, missing_right BIGINT, value_mismatch BIGINT, clean BOOLEAN, "
+        "stage STRING",
+    ).withColumn("run_at", F.current_timestamp())
+    run.write.format("delta").mode("append").save(recon_runs_path(settings))
+    return result
+
+
+def _on(df: DataFrame, flow: Flow, business_date: dt.date) -> DataFrame:
+    return df.where(F.col(flow.business_date) == F.lit(business_date))
+
+
+def read_external_view(spark: SparkSession, path: Path, view_key: Sequence[str],
+                       schema: StructType) -> DataFrame:
+    """An external file of a view (CSV, header: the view's key and some of its columns),
+    typed like the view table (``schema``); columns the view does not have are ignored."""
+    if not path.exists():
+        raise ReconcileError(f"external file {path} not found; pass the clearing house's "
+                             "positions file for the date")
+    types = {f.name: f.dataType for f in schema.fields}
+    raw = spark.read.option("header", True).csv(str(path))
+    header = [c.strip().lower() for c in raw.columns]
+    missing = [c for c in view_key if c not in header]
+    if missing:
+        raise ReconcileError(f"{path}: missing columns {', '.join(missing)}; the header has "
+                             f"{', '.join(header)}")
+    raw = raw.toDF(*header)
+    return raw.select(*[F.trim(F.col(c)).try_cast(types[c]).alias(c) for c in header if c in types])
+
+
+def new_run_id() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]

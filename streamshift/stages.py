@@ -1,0 +1,191 @@
+"""Migration stages per flow (batch → shadow → stream → kappa), changed only by ``promote``.
+
+Every change is a row of the ``stage_changes`` Delta table (from, to, when, by whom, forced,
+reason, evidence); the current stage is the last change's target (``batch`` before any).
+A promotion to ``stream`` or ``kappa`` needs reconciliation evidence: the last N business
+dates reconciled stream-vs-batch (``parity``) must all be clean. ``--force`` overrides the
+gate but needs a reason, and records it. Demotion is always allowed, and recorded.
+
+The serving read follows the stage: ``batch`` serves the batch layer; ``shadow`` serves the
+batch layer for business dates an EOD run has closed and the stream layer for later ones
+(the Lambda merge); ``stream`` and ``kappa`` serve the stream layer.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import getpass
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+from streamshift.errors import StreamshiftError
+from streamshift.flow import Flow
+from streamshift.reconcile import PARITY, ensure_recon_tables, recon_runs_path
+from streamshift.tables import LayerTables, ensure_table, read
+
+if TYPE_CHECKING:
+    from streamshift.settings import Settings
+
+STAGES = ("batch", "shadow", "stream", "kappa")
+GATED = ("stream", "kappa")
+STAGE_CHANGES_SCHEMA = (
+    "flow STRING, from_stage STRING, to_stage STRING, changed_at TIMESTAMP, changed_by STRING, "
+    "forced BOOLEAN, reason STRING, evidence STRING"
+)
+
+
+class PromotionRefused(StreamshiftError):
+    pass
+
+
+def stage_changes_path(settings: Settings) -> str:
+    return str(settings.warehouse / "control" / "stage_changes")
+
+
+def _changes(spark: SparkSession, settings: Settings, flow: Flow) -> DataFrame:
+    ensure_table(spark, stage_changes_path(settings), STAGE_CHANGES_SCHEMA)
+    return read(spark, stage_changes_path(settings)).where(F.col("flow") == flow.name)
+
+
+def stage_history(spark: SparkSession, settings: Settings, flow: Flow) -> list[dict[str, Any]]:
+    return [r.asDict() for r in _changes(spark, settings, flow).orderBy("changed_at").collect()]
+
+
+def current_stage(spark: SparkSession, settings: Settings, flow: Flow) -> str:
+    last = _changes(spark, settings, flow).orderBy(F.col("changed_at").desc()).first()
+    return last["to_stage"] if last else "batch"
+
+
+@dataclass
+class Evidence:
+    window: int
+    dates: list[dict[str, Any]]  # newest first: business_date, clean, breaks, run_id
+
+    @property
+    def unclean(self) -> list[dict[str, Any]]:
+        return [d for d in self.dates if not d["clean"]]
+
+    @property
+    def sufficient(self) -> bool:
+        return len(self.dates) >= self.window and not self.unclean
+
+    def problems(self) -> list[str]:
+        out = [f"{d['business_date']} had {d['breaks']} breaks (run {d['run_id']})"
+               for d in self.unclean]
+        if len(self.dates) < self.window:
+            out.append(f"only {len(self.dates)} of the {self.window} business dates needed have "
+                       "been reconciled")
+        return out
+
+    def as_json(self) -> str:
+        return json.dumps({"window": self.window, "dates": self.dates}, default=str)
+
+
+def promotion_evidence(spark: SparkSession, settings: Settings, flow: Flow) -> Evidence:
+    """The latest parity reconciliation of each of the last N reconciled business dates."""
+    ensure_recon_tables(spark, settings)
+    runs = read(spark, recon_runs_path(settings)).where(
+        (F.col("flow") == flow.name) & F.col("recon").startswith(PARITY))
+    # A date is clean when every view's latest parity run on it is clean.
+    latest = runs.withColumn("_n", F.row_number().over(
+        Window.partitionBy("business_date", "recon").orderBy(F.col("run_at").desc()))).where("_n = 1")
+    per_date = latest.groupBy("business_date").agg(
+        F.bool_and("clean").alias("clean"), F.sum("breaks").alias("breaks"),
+        F.max("run_id").alias("run_id"))
+    rows = per_date.orderBy(F.col("business_date").desc()).limit(settings.promotion_window).collect()
+    return Evidence(settings.promotion_window, [r.asDict() for r in rows])
+
+
+@dataclass
+class StageChange:
+    flow: str
+    from_stage: str
+    to_stage: str
+    forced: bool
+    reason: str | None
+    evidence: Evidence | None
+
+    def describe(self) -> str:
+        text = f"{self.flow}: {self.from_stage} → {self.to_stage}"
+        if self.forced:
+            text += f" (FORCED: {self.reason})"
+        if self.evidence is not None and self.evidence.dates:
+            dates = ", ".join(str(d["business_date"]) for d in self.evidence.dates)
+            text += f"; evidence: parity clean on {dates}"
+        return text
+
+
+def promote(spark: SparkSession, settings: Settings, flow: Flow, to: str, *,
+            force: bool = False, reason: str | None = None, by: str | None = None) -> StageChange:
+    """Move ``flow`` to stage ``to``; raises :class:`PromotionRefused` saying why not."""
+    if to not in STAGES:
+        raise PromotionRefused(f"unknown stage {to!r}; stages are {', '.join(STAGES)}")
+    if force and not (reason and reason.strip()):
+        raise PromotionRefused("--force needs --reason TEXT: a forced promotion is recorded "
+                               "with who forced it and why")
+    now = current_stage(spark, settings, flow)
+    if to == now:
+        raise PromotionRefused(f"{flow.name} is already in stage {now}")
+    promoting = STAGES.index(to) > STAGES.index(now)
+    if promoting and STAGES.index(to) != STAGES.index(now) + 1:
+        step = STAGES[STAGES.index(now) + 1]
+        raise PromotionRefused(f"{flow.name} is in stage {now}; promote one stage at a time "
+                               f"(next: {step})")
+    evidence = promotion_evidence(spark, settings, flow) if promoting and to in GATED else None
+    if evidence is not None and not evidence.sufficient and not force:
+        raise PromotionRefused(
+            f"promotion of {flow.name} to {to} refused: it needs the last {evidence.window} "
+            f"reconciled business dates clean (stream vs batch); "
+            + "; ".join(evidence.problems())
+            + ". Reconcile more dates (streamshift reconcile) or, if you must, pass "
+            "--force --reason TEXT")
+    change = StageChange(flow.name, now, to, force, reason, evidence)
+    row = [(flow.name, now, to, dt.datetime.now(dt.UTC).replace(tzinfo=None), by or _user(),
+            force, reason, evidence.as_json() if evidence else None)]
+    spark.createDataFrame(row, STAGE_CHANGES_SCHEMA).write.format("delta").mode("append").save(
+        stage_changes_path(settings))
+    return change
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+# ---- serving --------------------------------------------------------------------------------
+def serving_layer(stage: str, business_date: dt.date, closed: set[dt.date]) -> str:
+    """Which layer serves ``business_date`` in ``stage``."""
+    if stage == "batch":
+        return "batch"
+    if stage == "shadow":
+        return "batch" if business_date in closed else "stream"
+    return "stream"
+
+
+def serving_frame(spark: SparkSession, settings: Settings, flow: Flow, table: str,
+                  business_date: dt.date | None = None) -> DataFrame:
+    """A view (or ``current``) as readers should see it in the flow's stage."""
+    from streamshift.writepath import Target
+
+    stage = current_stage(spark, settings, flow)
+    closed = Target.open(spark, settings, flow, "batch").closed_dates()
+
+    def frame(layer: str) -> DataFrame:
+        tables = LayerTables(settings.warehouse, flow, layer)
+        return read(spark, tables.current if table == "current" else tables.view(table))
+
+    bd = F.col(flow.business_date)
+    if business_date is not None:
+        return frame(serving_layer(stage, business_date, closed)).where(bd == F.lit(business_date))
+    if stage == "shadow":
+        closed_list = sorted(closed)
+        return frame("batch").where(bd.isin(closed_list)).unionByName(
+            frame("stream").where(~bd.isin(closed_list)))
+    return frame("batch" if stage == "batch" else "stream")
