@@ -45,11 +45,16 @@ def _beat(home: Path) -> dict:  # type: ignore[type-arg]
         return {}
 
 
-def _wait_caught_up(home: Path, job: subprocess.Popen[bytes], timeout: float) -> None:
+def _processed(beat: dict) -> int:  # type: ignore[type-arg]
+    return sum(sum(parts.values()) for parts in (beat.get("processed_offsets") or {}).values())
+
+
+def _wait_caught_up(home: Path, job: subprocess.Popen[bytes], total: int, timeout: float) -> None:
+    """Until the job has processed ``total`` events (offsets start at 0 in a new topic)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         beat = _beat(home)
-        if beat.get("pid") == job.pid and beat.get("lag") == 0:
+        if beat.get("pid") == job.pid and _processed(beat) >= total:
             return
         if job.poll() is not None:
             raise SystemExit(f"stream job exited with {job.returncode}")
@@ -94,7 +99,7 @@ def main() -> int:
     try:
         print("[bench] warming up the stream job with 2,000 events", flush=True)
         produce_rows(settings, flow, warmup, topic=topic, progress=False)
-        _wait_caught_up(settings.home, job, 300)
+        _wait_caught_up(settings.home, job, len(warmup), 300)
 
         producer = Producer(producer_config(settings) | {"linger.ms": 0})
         sent_at: dict[int, float] = {}
@@ -120,9 +125,10 @@ def main() -> int:
                              on_delivery=on_delivery(i) if sample else None)
             producer.poll(0)
             if i and i % (int(args.rate) * 10) == 0:
-                print(f"[bench] {i} sent, stream lag {_beat(settings.home).get('lag')}", flush=True)
+                behind = len(warmup) + i - _processed(_beat(settings.home))
+                print(f"[bench] {i} sent, {behind} not yet applied", flush=True)
         producer.flush(60)
-        _wait_caught_up(settings.home, job, 600)
+        _wait_caught_up(settings.home, job, len(warmup) + n_events, 900)
     finally:
         job.send_signal(signal.SIGTERM)
         job.wait(120)

@@ -142,6 +142,35 @@ def _cmd_stage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _timestamp(text: str) -> dt.datetime:
+    try:
+        value = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a timestamp; use ISO 8601, e.g. 2026-11-20T08:00:00Z") from None
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from streamshift.replay import replay
+
+    spark, target = _open_target(args.flow, args.into)
+    result = replay(spark, load_settings(), target.flow, getattr(args, "from"), args.to,
+                    args.into, topic=args.topic)
+    print(result.describe())
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from streamshift.report import write_report
+
+    spark, target = _open_target(args.flow, "stream")
+    html_path, json_path = write_report(spark, load_settings(), target.flow, args.date)
+    print(f"report: {html_path}")
+    print(f"summary for machines: {json_path}")
+    return 0
+
+
 def _cmd_promote(args: argparse.Namespace) -> int:
     from streamshift.stages import promote
 
@@ -362,6 +391,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true")
     p.add_argument("--reason", help="why (required with --force)")
     p.set_defaults(handler=_cmd_promote)
+
+    p = sub.add_parser(
+        "replay",
+        help="reprocess a time range of the flow's topic into a layer (kappa)",
+        description="Read the topic between two timestamps as a bounded batch and apply it "
+        "through the write path. Refused when the broker no longer retains the range.",
+    )
+    p.add_argument("--flow", required=True)
+    p.add_argument("--from", required=True, type=_timestamp, help="ISO timestamp (UTC if no zone)")
+    p.add_argument("--to", required=True, type=_timestamp, help="ISO timestamp, exclusive")
+    p.add_argument("--into", required=True, choices=["batch", "stream"])
+    p.add_argument("--topic", help="topic (default: the flow's name)")
+    p.set_defaults(handler=_cmd_replay)
+
+    p = sub.add_parser(
+        "report",
+        help="write the day's HTML report (reconciliation, parity streak, lag, quarantine, stages)",
+        description="Write report.html (charts inline) and report.json under "
+        "STREAMSHIFT_HOME/reports/<flow>/<date>/.",
+    )
+    p.add_argument("--flow", required=True)
+    p.add_argument("--date", required=True, type=_date)
+    p.set_defaults(handler=_cmd_report)
 
     return parser
 

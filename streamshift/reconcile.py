@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from decimal import Decimal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 

@@ -1,0 +1,163 @@
+"""The migration story on generated days, end to end on real Kafka, Spark and Delta.
+
+batch for day 1; shadow for days 2-8 with a gap in the stream on day 3 (found, named, and
+blocking promotion); days 4-8 clean, so promotion to stream succeeds; in stream, day 9's
+missed trade is repaired by the EOD correction and the second reconciliation is clean.
+Then the day's report renders with numbers that match the tables.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+from html.parser import HTMLParser
+
+import pytest
+
+from flows.trades import FLOW
+from streamshift.batch import run_eod
+from streamshift.generate import generate_day
+from streamshift.produce import produce_rows, read_rows
+from streamshift.recon_jobs import eod_correct, reconcile_date
+from streamshift.reconcile import recon_breaks_path, recon_runs_path
+from streamshift.report import write_report
+from streamshift.stages import PromotionRefused, current_stage, promote, serving_frame
+from streamshift.stream import run_stream
+from streamshift.tables import read
+from streamshift.writepath import Target
+from tests.stream_support import isolated, new_topic
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
+
+DAYS = [dt.date(2026, 11, 2) + dt.timedelta(days=i) for i in range(9)]  # day 1 = DAYS[0]
+
+
+def _key(date: dt.date, book: str, instrument: str) -> str:
+    return json.dumps({"business_date": str(date), "book": book, "instrument": instrument},
+                      separators=(",", ":"))
+
+
+def _stream(spark, settings, topic: str):  # type: ignore[no-untyped-def]
+    return run_stream(spark, settings, FLOW, "stream", available_now=True, topic=topic,
+                      handle_signals=False, echo=False)
+
+
+class _Charts(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.svgs, self.figures, self.tables = 0, 0, 0
+
+    def handle_starttag(self, tag: str, attrs) -> None:  # type: ignore[no-untyped-def]
+        self.svgs += tag == "svg"
+        self.figures += tag == "figure"
+        self.tables += tag == "table"
+
+
+def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(spark, kafka_settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    settings = isolated(kafka_settings, tmp_path / "home", promotion_window=5)
+    topic = new_topic()
+    files = {d: generate_day(d, 60, tmp_path / str(d), seed=100 + i, progress=False)
+             for i, d in enumerate(DAYS)}
+    batch = Target.open(spark, settings, FLOW, "batch")
+
+    # Day 1, stage batch: the EOD file into the batch layer; no stream job yet.
+    run_eod(spark, batch, DAYS[0], files[DAYS[0]].eod)
+    promote(spark, settings, FLOW, "shadow", by="test")
+    assert current_stage(spark, settings, FLOW) == "shadow"
+
+    # Days 2-8, stage shadow: the stream job writes the stream layer as the day goes; day 3's
+    # stream misses two trades.
+    gap_day = DAYS[2]
+    missed: list[dict[str, str]] = []
+    for d in DAYS[1:8]:
+        rows = read_rows(files[d].eod, FLOW)
+        if d == gap_day:
+            missed, rows = rows[:2], rows[2:]
+        produce_rows(settings, FLOW, rows, topic=topic, progress=False)
+    _stream(spark, settings, topic)
+
+    def eod_day(d: dt.date):  # type: ignore[no-untyped-def]
+        run_eod(spark, batch, d, files[d].eod)
+        return reconcile_date(spark, settings, FLOW, d)
+
+    for d in DAYS[1:6]:
+        [parity] = eod_day(d)
+        if d == gap_day:
+            assert not parity.clean
+            keys = {b["key"] for b in parity.worst}
+            assert keys == {_key(d, m["book"], m["instrument"]) for m in missed}
+            assert parity.by_kind["missing_left"] == 0  # the stream lacks, never adds
+        else:
+            assert parity.clean, parity.describe()
+
+    with pytest.raises(PromotionRefused) as refused:
+        promote(spark, settings, FLOW, "stream")
+    assert f"{gap_day} had" in str(refused.value)
+
+    for d in DAYS[6:8]:
+        [parity] = eod_day(d)
+        assert parity.clean, parity.describe()
+    change = promote(spark, settings, FLOW, "stream", by="test")
+    assert [e["business_date"] for e in change.evidence.dates] == DAYS[3:8][::-1]
+
+    # The serving read follows the stage: stream layer now (batch for closed dates in shadow).
+    assert serving_frame(spark, settings, FLOW, "positions", gap_day).count() == \
+        read(spark, Target.open(spark, settings, FLOW, "stream").tables.view("positions")) \
+        .where(f"business_date = DATE'{gap_day}'").count()
+
+    # Day 9, stage stream: the stream misses one trade; the EOD run reconciles the EOD file
+    # against the stream layer, applies the difference as a correction, and reconciles again.
+    d9 = DAYS[8]
+    eod_rows = read_rows(files[d9].eod, FLOW)
+    corrections = read_rows(files[d9].corrections, FLOW)
+    corrected = {r["trade_id"] for r in corrections}
+    lost = next(r for r in eod_rows if r["trade_id"] not in corrected)
+    produce_rows(settings, FLOW, [r for r in eod_rows + corrections if r is not lost], topic=topic,
+                 progress=False)
+    _stream(spark, settings, topic)
+    final = {r["trade_id"]: r for r in eod_rows}
+    final.update({r["trade_id"]: r for r in corrections})
+    eod_file = tmp_path / f"trades_final_{d9}.csv"
+    with open(eod_file, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FLOW.columns)
+        writer.writeheader()
+        writer.writerows(final.values())
+
+    clearing = files[d9].clearing_positions
+    first = {r.recon: r for r in reconcile_date(spark, settings, FLOW, d9, against=clearing,
+                                                eod_file=eod_file, parity=False)}
+    assert first["eod_file"].by_kind == {"missing_left": 1, "missing_right": 0, "value_mismatch": 0}
+    assert [b["key"] for b in first["eod_file"].worst] == [json.dumps({"trade_id": lost["trade_id"]},
+                                                                     separators=(",", ":"))]
+    applied = eod_correct(spark, settings, FLOW, d9, eod_file)
+    assert applied.applied == 1
+    second = {r.recon: r for r in reconcile_date(spark, settings, FLOW, d9, against=clearing,
+                                                 eod_file=eod_file, parity=False)}
+    assert second["eod_file"].clean
+    # What is left against the clearing house is exactly its four deliberate breaks.
+    with open(clearing) as handle:
+        ext_keys = {(r["book"], r["instrument"]) for r in csv.DictReader(handle)}
+    assert second["external"].breaks == 4
+    assert ("FX-SPOT", "NZDUSD") in ext_keys
+    source = read(spark, Target.open(spark, settings, FLOW, "stream").tables.current).where(
+        f"trade_id = '{lost['trade_id']}'").first()
+    assert source["_source"] == "eod_correction"
+
+    # The report: renders, charts present, numbers equal to the tables.
+    html_path, json_path = write_report(spark, settings, FLOW, d9)
+    parser = _Charts()
+    parser.feed(html_path.read_text())
+    assert parser.figures == 5 and parser.svgs >= 5 and parser.tables >= 2
+    summary = json.loads(json_path.read_text())
+    assert summary["stage"] == "stream"
+    assert summary["breaks_by_kind"] == second["external"].by_kind  # eod_file is clean
+    runs = read(spark, recon_runs_path(settings)).where(f"business_date = DATE'{d9}'")
+    assert len(summary["reconciliations"]) == 2 and runs.count() == 4  # two runs of two recons
+    breaks_today = read(spark, recon_breaks_path(settings)).where(
+        f"run_id = '{second['external'].run_id}'").count()
+    assert breaks_today == len(summary["worst_breaks"]) == 4
+    streak = {s["business_date"]: s["breaks"] for s in summary["parity_streak"]}
+    assert set(streak) == {str(d) for d in DAYS[1:8]} and streak[str(gap_day)] > 0
+    assert [(c["from_stage"], c["to_stage"]) for c in summary["stage_history"]] == [
+        ("batch", "shadow"), ("shadow", "stream")]
