@@ -106,9 +106,24 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
         if path is not None and not path.exists():
             raise UserError(f"file {path} not found")
     spark, target = _open_target(args.flow, "stream")
-    results = reconcile_date(spark, load_settings(), target.flow, args.date,
+    settings = load_settings()
+    results = reconcile_date(spark, settings, target.flow, args.date,
                              against=args.against, eod_file=args.eod_file,
                              parity=not args.no_parity)
+    if args.correct:
+        from streamshift.recon_jobs import eod_correct
+        from streamshift.stages import current_stage
+
+        stage = current_stage(spark, settings, target.flow)
+        if args.eod_file is None or stage not in ("stream", "kappa"):
+            raise UserError(f"--correct applies the EOD file (--eod-file) to the stream layer "
+                            f"in stage stream or kappa; {target.flow.name} is in stage {stage}")
+        for result in results:
+            print(f"before correction: {result.describe()}")
+        applied = eod_correct(spark, settings, target.flow, args.date, args.eod_file)
+        print(f"EOD correction: {applied.describe()}")
+        results = reconcile_date(spark, settings, target.flow, args.date, against=args.against,
+                                 eod_file=args.eod_file, parity=not args.no_parity)
     for result in results:
         print(result.describe())
         for b in result.worst[:5]:
@@ -208,6 +223,18 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     return 1 if result.failed else 0
 
 
+def _trigger(text: str) -> str:
+    """'1s', '500ms', '2m' or Spark's own '10 seconds' → Spark's processingTime interval."""
+    import re
+
+    match = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|milliseconds?|seconds?|minutes?)\s*", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an interval; use e.g. 1s, 500ms, 2m")
+    number, unit = match.groups()
+    unit = {"ms": "milliseconds", "s": "seconds", "m": "minutes"}.get(unit, unit)
+    return f"{number} {unit if unit.endswith('s') else unit + 's'}"
+
+
 def _cmd_stream(args: argparse.Namespace) -> int:
     from streamshift.stream import run_stream
 
@@ -219,14 +246,16 @@ def _cmd_stream(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from streamshift.heartbeat import read_status
+    from streamshift.heartbeat import broker_lag, read_status
 
     statuses = [s for s in read_status(load_settings().home)
                 if args.flow is None or s.flow == args.flow]
     if not statuses:
         print("no streaming job has run here yet (start one with `streamshift stream --flow F`)")
         return 3
+    settings = load_settings()
     for status in statuses:
+        status.lag_now = broker_lag(settings, status.beat)
         print(status.describe())
     return 0 if all(s.running for s in statuses) else 3
 
@@ -343,8 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--flow", required=True)
     p.add_argument("--layer", choices=["batch", "stream"], default="stream")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--trigger", default="1 second",
-                      help="micro-batch interval, e.g. '1 second', '10 seconds' (default 1 second)")
+    mode.add_argument("--trigger", default="1 seconds", type=_trigger,
+                      help="micro-batch interval, e.g. 1s, 500ms, 2m (default 1s)")
     mode.add_argument("--available-now", action="store_true",
                       help="process what the topic holds now, then stop")
     p.add_argument("--topic", help="topic (default: the flow's name)")
@@ -373,6 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eod-file", type=Path, help="the day's EOD trades file")
     p.add_argument("--no-parity", action="store_true", help="skip stream vs batch")
     p.add_argument("--fail-on-breaks", action="store_true")
+    p.add_argument("--correct", action="store_true",
+                   help="stage stream/kappa: apply the EOD file's differences to the stream "
+                   "layer (source eod_correction), then reconcile again")
     p.set_defaults(handler=_cmd_reconcile)
 
     p = sub.add_parser("stage", help="show a flow's migration stage, evidence and history")

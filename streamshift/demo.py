@@ -1,214 +1,333 @@
-"""The demo: a generated trading day through the one write path, on the embedded local stack."""
+"""The demo: one flow walked from batch through shadow to stream, on the embedded local stack.
+
+1. stage ``batch``: a generated day loaded from EOD files (with corrections and poison rows);
+2. stage ``shadow``: the local broker and the streaming job start; the next day's trades go
+   through Kafka as they happen, one correction is timed from produce to the positions table,
+   and at end of day the EOD files load the batch layer and reconciliation compares the two;
+   more days follow, one with a gap in the stream — reconciliation names the break and the
+   gate refuses promotion until enough clean days follow;
+3. stage ``stream``: the stream misses a trade, the EOD run finds it against the EOD file,
+   applies it as a correction and reconciles clean; the day's report is written.
+
+Everything lives under ``STREAMSHIFT_HOME/demo`` (emptied at the start); what the demo starts
+(broker, streaming job) it stops.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 from pyspark.sql import functions as F
 
 from streamshift.settings import Settings
 
-DEMO_DATE = dt.date(2026, 11, 20)
+BATCH_DATE = dt.date(2026, 11, 19)  # loaded in stage batch
+DEMO_DATE = dt.date(2026, 11, 20)  # the first shadow day, streamed as it happens
 DEMO_TRADES = 20_000
+LATER_DAY_TRADES = 1_500
+DEMO_WINDOW = 3  # promotion window for the demo (the default setting is 5)
+TOPIC = "trades-demo"
 
 
 def _say(message: str) -> None:
     print(f"\n== {message}", flush=True)
 
 
+def _business_days(start: dt.date, n: int) -> list[dt.date]:
+    days: list[dt.date] = []
+    d = start
+    while len(days) < n:
+        d += dt.timedelta(days=1)
+        if d.weekday() < 5:
+            days.append(d)
+    return days
+
+
 def run_demo(settings: Settings, trades: int = DEMO_TRADES) -> int:
-    from streamshift.batch import run_eod
-    from streamshift.generate import generate_day
-    from streamshift.registry import get_flow
     from streamshift.spark import get_spark
-    from streamshift.tables import read
-    from streamshift.writepath import Target
 
-    out = settings.home / "demo" / str(DEMO_DATE)
-    _say(f"generating {trades} trades for {DEMO_DATE} into {out}")
-    files = generate_day(DEMO_DATE, trades, out, seed=42)
-
-    print(f"starting Spark ({settings.spark_master}); warehouse {settings.warehouse}",
+    settings = dataclasses.replace(settings, home=settings.home / "demo",
+                                   promotion_window=DEMO_WINDOW)
+    shutil.rmtree(settings.home, ignore_errors=True)
+    settings.home.mkdir(parents=True)
+    print(f"demo data under {settings.home} (emptied first); Spark {settings.spark_master}",
           file=sys.stderr, flush=True)
     spark = get_spark(settings, app_name="streamshift-demo")
-    target = Target.open(spark, settings, get_flow("trades"), "batch")
-
-    for title, path in (("the day's EOD file", files.eod),
-                        ("the corrections (delta) file", files.corrections),
-                        ("a file of poison rows", files.poison)):
-        _say(f"loading {title}")
-        print(run_eod(spark, target, DEMO_DATE, path).describe())
-
-    _say(f"positions for {DEMO_DATE}, largest 15 by gross notional (batch layer)")
-    positions = read(spark, target.tables.view("positions")).where(
-        F.col("business_date") == F.lit(DEMO_DATE)
-    )
-    top = positions.orderBy(F.col("gross_notional_usd").desc()).limit(15)
-    _print_rows(top)
-    totals = positions.agg(F.count("*").alias("positions"), F.sum("trade_count").alias("trades"),
-                           F.sum("gross_notional_usd").alias("gross_usd")).first()
-    print(f"{totals.positions} positions over {totals.trades} live trades, "
-          f"gross {totals.gross_usd:,.2f} USD")
-
-    _say("quarantine summary (rows rejected, by rule)")
-    summary = (read(spark, target.tables.quarantine).groupBy("rule").count().orderBy("rule"))
-    _print_rows(summary)
-
-    _stream_part(spark, settings, files)
-
-    _say("try it yourself")
-    print(f"  STREAMSHIFT_HOME={settings.home} .venv/bin/streamshift show --flow trades "
-          f"--view positions --date {DEMO_DATE}")
-    print(f"  STREAMSHIFT_HOME={settings.home} .venv/bin/streamshift eod --flow trades "
-          f"--date {DEMO_DATE} --file {files.replacement} --replace")
+    demo = _Demo(spark, settings, trades)
+    demo.batch_stage()
+    demo.with_stream(demo.shadow_and_stream_stages)
+    demo.closing_words()
     return 0
 
 
-def _print_rows(df) -> None:  # type: ignore[no-untyped-def]
-    from streamshift.show import format_table
+class _Demo:
+    def __init__(self, spark, settings: Settings, trades: int) -> None:  # type: ignore[no-untyped-def]
+        from streamshift.registry import get_flow
+        from streamshift.writepath import Target
 
-    rows = [["" if v is None else str(v) for v in r] for r in df.collect()]
-    print(format_table(df.columns, rows), end="")
+        self.spark, self.settings, self.trades = spark, settings, trades
+        self.flow = get_flow("trades")
+        self.batch = Target.open(spark, settings, self.flow, "batch")
+        self.stream = Target.open(spark, settings, self.flow, "stream")
+        self.files: dict[dt.date, Any] = {}
+        self.produced = 0
+        self.job: subprocess.Popen[bytes] | None = None
 
+    # ---- helpers ------------------------------------------------------------------------
+    def day_files(self, day: dt.date, trades: int):  # type: ignore[no-untyped-def]
+        from streamshift.generate import generate_day
 
-# ---- the streaming part ------------------------------------------------------------------
-def _stream_part(spark, settings: Settings, files) -> None:  # type: ignore[no-untyped-def]
-    """Broker + stream job: the day on Kafka, one correction visible in seconds, parity."""
-    from streamshift.kafka import LocalBroker
+        if day not in self.files:
+            self.files[day] = generate_day(day, trades, self.settings.home / "files" / str(day),
+                                           seed=day.toordinal(), progress=trades > 5000)
+        return self.files[day]
 
-    broker = LocalBroker.from_settings(settings)
-    _say(f"starting the local Kafka broker on {broker.bootstrap}")
-    started_broker = broker.start()
-    print(f"Kafka broker {broker.status().describe()}"
-          + ("" if started_broker else " (already running; left running at the end)"))
-    job = None
-    try:
-        job = _start_stream_job(settings)
-        _stream_scenario(spark, settings, files, job)
-    finally:
-        if job is not None and job.poll() is None:
-            _say("stopping the stream job (SIGTERM: it finishes the batch in flight)")
-            job.send_signal(signal.SIGTERM)
-            try:
-                job.wait(120)
-            except subprocess.TimeoutExpired:
-                job.kill()
-            print(f"stream job exited with code {job.returncode}")
-        if started_broker:
-            broker.stop()
-            print("Kafka broker stopped")
+    def produce(self, rows) -> None:  # type: ignore[no-untyped-def]
+        from streamshift.produce import produce_rows
 
+        result = produce_rows(self.settings, self.flow, rows, topic=TOPIC, progress=False)
+        if result.failed:
+            raise RuntimeError(result.describe())
+        self.produced += result.acknowledged
+        print(result.describe())
 
-def _start_stream_job(settings: Settings) -> subprocess.Popen[bytes]:
-    from streamshift.heartbeat import heartbeat_path
+    def beat(self) -> dict:  # type: ignore[type-arg]
+        from streamshift.heartbeat import heartbeat_path
 
-    log = settings.home / "logs" / "stream-trades.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "STREAMSHIFT_HOME": str(settings.home),
-           "STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers}
-    _say(f"starting the streaming job: streamshift stream --flow trades (log: {log})")
-    beat = heartbeat_path(settings.home, "trades", "stream")
-    beat.unlink(missing_ok=True)
-    job = subprocess.Popen([sys.executable, "-m", "streamshift.cli", "stream", "--flow", "trades"],
-                           env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT)
-    _wait_for(settings, job, lambda b: b.get("state") == "running", "the query to start", 180)
-    return job
+        try:
+            return json.loads(heartbeat_path(self.settings.home, "trades", "stream").read_text())
+        except (OSError, ValueError):
+            return {}
 
+    def wait_for(self, done, what: str, timeout: float = 600) -> None:  # type: ignore[no-untyped-def]
+        assert self.job is not None
+        deadline, last_print = time.monotonic() + timeout, 0.0
+        while time.monotonic() < deadline:
+            beat = self.beat()
+            if beat.get("pid") == self.job.pid and done(beat):
+                return
+            if self.job.poll() is not None:
+                raise RuntimeError(f"the stream job exited (code {self.job.returncode}); see "
+                                   f"{self.settings.home / 'logs' / 'stream-trades.log'}")
+            if time.monotonic() - last_print > 10:
+                last_print = time.monotonic()
+                print(f"  ... waiting for {what} (last batch {beat.get('last_batch_id')})",
+                      flush=True)
+            time.sleep(0.5)
+        raise RuntimeError(f"timed out waiting for {what}")
 
-def _beat(settings: Settings) -> dict:  # type: ignore[type-arg]
-    import json
+    def caught_up(self) -> None:
+        def processed(beat: dict) -> int:  # type: ignore[type-arg]
+            offsets = (beat.get("processed_offsets") or {}).get(TOPIC, {})
+            return sum(offsets.values())
 
-    from streamshift.heartbeat import heartbeat_path
+        self.wait_for(lambda b: processed(b) >= self.produced, "the stream to catch up")
 
-    try:
-        return json.loads(heartbeat_path(settings.home, "trades", "stream").read_text())
-    except (OSError, ValueError):
-        return {}
+    def eod_and_reconcile(self, day: dt.date, eod_file) -> None:  # type: ignore[no-untyped-def]
+        from streamshift.batch import run_eod
+        from streamshift.recon_jobs import reconcile_date
 
+        print(run_eod(self.spark, self.batch, day, eod_file).describe())
+        for result in reconcile_date(self.spark, self.settings, self.flow, day):
+            print(f"  reconcile: {result.describe()}")
+            for b in result.worst[:4]:
+                print(f"     {b['kind']:14} {b['key']} {b['column'] or ''} "
+                      f"{b['left_value']} → {b['right_value']}")
 
-def _wait_for(settings: Settings, job, done, what: str, timeout: float) -> dict:  # type: ignore[no-untyped-def,type-arg]
-    deadline = time.monotonic() + timeout
-    last_print = 0.0
-    while time.monotonic() < deadline:
-        beat = _beat(settings)
-        if beat.get("pid") == job.pid and done(beat):
-            return beat
-        if job.poll() is not None:
-            raise RuntimeError(f"the stream job exited (code {job.returncode}); see "
-                               f"{settings.home / 'logs' / 'stream-trades.log'}")
-        if time.monotonic() - last_print > 5:
-            last_print = time.monotonic()
-            print(f"  waiting for {what}: last batch {beat.get('last_batch_id')}, "
-                  f"lag {beat.get('lag')}", flush=True)
-        time.sleep(0.5)
-    raise RuntimeError(f"timed out waiting for {what}")
+    def promote(self, to: str) -> bool:
+        from streamshift.stages import PromotionRefused, promote
 
+        try:
+            change = promote(self.spark, self.settings, self.flow, to, by="demo")
+        except PromotionRefused as refused:
+            print(f"  REFUSED: {refused}")
+            return False
+        print(f"  promoted: {change.describe()}")
+        return True
 
-def _caught_up(settings: Settings, job, after_batch) -> dict:  # type: ignore[no-untyped-def,type-arg]
-    return _wait_for(
-        settings, job,
-        lambda b: b.get("lag") == 0 and (b.get("last_batch_id") or -1) > after_batch,
-        "the stream to catch up", 600)
+    def print_rows(self, df) -> None:  # type: ignore[no-untyped-def]
+        from streamshift.show import format_table
 
+        rows = [["" if v is None else str(v) for v in r] for r in df.collect()]
+        print(format_table(df.columns, rows), end="")
 
-def _stream_scenario(spark, settings: Settings, files, job) -> None:  # type: ignore[no-untyped-def]
-    from streamshift.produce import produce_file, produce_rows, read_rows
-    from streamshift.registry import get_flow
-    from streamshift.tables import LayerTables, read
+    # ---- stage batch ----------------------------------------------------------------------
+    def batch_stage(self) -> None:
+        from streamshift.batch import run_eod
+        from streamshift.tables import read
 
-    flow = get_flow("trades")
-    stream = LayerTables(settings.warehouse, flow, "stream")
-    batch = LayerTables(settings.warehouse, flow, "batch")
+        _say(f"stage batch: generating {self.trades} trades for {BATCH_DATE}")
+        files = self.day_files(BATCH_DATE, self.trades)
+        for title, path in (("the day's EOD file", files.eod),
+                            ("the corrections (delta) file", files.corrections),
+                            ("a file of poison rows", files.poison)):
+            _say(f"stage batch: loading {title}")
+            print(run_eod(self.spark, self.batch, BATCH_DATE, path).describe())
 
-    _say("producing the day's EOD trades to Kafka topic 'trades'")
-    before = _beat(settings).get("last_batch_id") or -1
-    print(produce_file(settings, flow, files.eod).describe())
-    beat = _caught_up(settings, job, before)
-    print(f"stream layer caught up: batch {beat['last_batch_id']}, lag 0")
+        _say(f"positions for {BATCH_DATE}, largest 10 by gross notional (batch layer)")
+        positions = read(self.spark, self.batch.tables.view("positions")).where(
+            F.col("business_date") == F.lit(BATCH_DATE))
+        self.print_rows(positions.orderBy(F.col("gross_notional_usd").desc()).limit(10))
+        totals = positions.agg(F.count("*").alias("n"), F.sum("trade_count").alias("trades"),
+                               F.sum("gross_notional_usd").alias("gross")).first()
+        assert totals is not None  # an aggregate always has a row
+        print(f"{totals.n} positions over {totals.trades} live trades, gross {totals.gross:,.2f} USD")
+        _say("quarantine summary (rows rejected, by rule)")
+        self.print_rows(read(self.spark, self.batch.tables.quarantine)
+                        .groupBy("rule").count().orderBy("rule"))
 
-    # One correction, alone, timed from produce to the positions table.
-    correction = next(r for r in read_rows(files.corrections, flow)
-                      if r["event_type"] == "AMEND")
-    group = (F.col("business_date") == F.lit(correction["business_date"])) & (
-        F.col("book") == F.lit(correction["book"])) & (
-        F.col("instrument") == F.lit(correction["instrument"]))
-    positions = lambda: read(spark, stream.view("positions")).where(group)
-    old = positions().collect()
-    _say(f"one correction on Kafka: {correction['trade_id']} v{correction['version']} "
-         f"AMEND ({correction['side']} {correction['quantity']} {correction['instrument']} "
-         f"in {correction['book']})")
-    print("its position before:")
-    _print_rows(positions())
-    sent = time.monotonic()
-    produce_rows(settings, flow, [correction], progress=False)
-    while positions().collect() == old:
-        if time.monotonic() - sent > 120:
-            raise RuntimeError("the correction did not reach the positions in 120 s")
-        time.sleep(0.2)
-    print(f"its position {time.monotonic() - sent:.1f} s after the correction was produced:")
-    _print_rows(positions())
+    # ---- broker and stream job ----------------------------------------------------------
+    def with_stream(self, body) -> None:  # type: ignore[no-untyped-def]
+        from streamshift.kafka import LocalBroker
 
-    _say("the rest of the corrections and the poison rows, on Kafka")
-    before = _beat(settings).get("last_batch_id") or -1
-    print(produce_file(settings, flow, files.corrections, progress=False).describe())
-    print(produce_file(settings, flow, files.poison, progress=False).describe())
-    _caught_up(settings, job, before)
+        broker = LocalBroker.from_settings(self.settings)
+        _say(f"starting the local Kafka broker on {broker.bootstrap}")
+        started_broker = broker.start()
+        print(f"Kafka broker {broker.status().describe()}"
+              + ("" if started_broker else " (already running; left running at the end)"))
+        try:
+            from streamshift.kafka import admin_client
 
-    _say(f"parity: stream layer vs batch layer positions for {DEMO_DATE}")
-    on_day = F.col("business_date") == F.lit(DEMO_DATE)
-    s_pos = read(spark, stream.view("positions")).where(on_day)
-    b_pos = read(spark, batch.view("positions")).where(on_day)
-    only_stream, only_batch = s_pos.exceptAll(b_pos).count(), b_pos.exceptAll(s_pos).count()
-    print(f"{s_pos.count()} stream positions, {b_pos.count()} batch positions: "
-          f"{only_stream + only_batch} differences")
-    quarantined = read(spark, stream.quarantine).count()
-    print(f"stream quarantine holds {quarantined} rejected events (topic:partition:offset, rule)")
-    from streamshift.heartbeat import read_status
+            if TOPIC in admin_client(self.settings).list_topics(timeout=10).topics:
+                admin_client(self.settings).delete_topics([TOPIC])[TOPIC].result(60)
+                time.sleep(2)
+            self.start_stream_job()
+            body()
+        finally:
+            if self.job is not None and self.job.poll() is None:
+                _say("stopping the stream job (SIGTERM: it finishes the batch in flight)")
+                self.job.send_signal(signal.SIGTERM)
+                try:
+                    self.job.wait(120)
+                except subprocess.TimeoutExpired:
+                    self.job.kill()
+                print(f"stream job exited with code {self.job.returncode}")
+            if started_broker:
+                broker.stop()
+                print("Kafka broker stopped")
 
-    for status in read_status(settings.home):
-        print(f"streamshift status: {status.describe()}")
+    def start_stream_job(self) -> None:
+        log = self.settings.home / "logs" / "stream-trades.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "STREAMSHIFT_HOME": str(self.settings.home),
+               "STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS": self.settings.kafka_bootstrap_servers}
+        _say(f"starting the streaming job: streamshift stream --flow trades --topic {TOPIC} "
+             f"(log: {log})")
+        with open(log, "ab") as out:
+            self.job = subprocess.Popen(
+                [sys.executable, "-m", "streamshift.cli", "stream", "--flow", "trades",
+                 "--topic", TOPIC], env=env, stdout=out, stderr=subprocess.STDOUT)
+        self.wait_for(lambda b: b.get("state") == "running", "the streaming query to start", 180)
+        print("streaming query running")
+
+    # ---- stages shadow and stream -------------------------------------------------------
+    def shadow_and_stream_stages(self) -> None:
+        from streamshift.produce import read_rows
+        from streamshift.tables import read
+
+        _say("promoting trades to stage shadow: the stream layer is written alongside the batch")
+        self.promote("shadow")
+
+        files = self.day_files(DEMO_DATE, self.trades)
+        _say(f"stage shadow: {DEMO_DATE}, the day's trades on Kafka topic {TOPIC} as they happen")
+        self.produce(read_rows(files.eod, self.flow))
+        self.caught_up()
+
+        correction = next(r for r in read_rows(files.corrections, self.flow)
+                          if r["event_type"] == "AMEND")
+        group = ((F.col("business_date") == F.lit(correction["business_date"]))
+                 & (F.col("book") == F.lit(correction["book"]))
+                 & (F.col("instrument") == F.lit(correction["instrument"])))
+
+        def position():  # type: ignore[no-untyped-def]
+            return read(self.spark, self.stream.tables.view("positions")).where(group)
+
+        _say(f"one correction on Kafka: {correction['trade_id']} v{correction['version']} AMEND "
+             f"({correction['side']} {correction['quantity']} {correction['instrument']} in "
+             f"{correction['book']}); its position before:")
+        before = position().collect()
+        self.print_rows(position())
+        sent = time.monotonic()
+        self.produce([correction])
+        while position().collect() == before:
+            if time.monotonic() - sent > 180:
+                raise RuntimeError("the correction did not reach the positions in 180 s")
+            time.sleep(0.2)
+        print(f"its position {time.monotonic() - sent:.1f} s after the correction was produced:")
+        self.print_rows(position())
+
+        _say("the rest of the corrections and the poison rows, on Kafka")
+        self.produce(read_rows(files.corrections, self.flow))
+        self.produce(read_rows(files.poison, self.flow))
+        self.caught_up()
+        from streamshift.batch import run_eod
+        from streamshift.recon_jobs import reconcile_date
+
+        _say(f"end of {DEMO_DATE}: the EOD files load the batch layer; stream vs batch")
+        for path in (files.eod, files.corrections, files.poison):
+            print(run_eod(self.spark, self.batch, DEMO_DATE, path).describe())
+        for result in reconcile_date(self.spark, self.settings, self.flow, DEMO_DATE):
+            print(f"  reconcile: {result.describe()}")
+
+        days = _business_days(DEMO_DATE, 5)
+        gap_day = days[0]
+        for day in days[:4]:
+            rows = read_rows(self.day_files(day, LATER_DAY_TRADES).eod, self.flow)
+            gap = " — the stream misses 3 trades today" if day == gap_day else ""
+            _say(f"stage shadow, {day}: the day on Kafka, then the EOD load and reconciliation{gap}")
+            self.produce(rows[3:] if day == gap_day else rows)
+            self.caught_up()
+            self.eod_and_reconcile(day, self.files[day].eod)
+            if day in (days[1], days[3]):  # days[1]: the gap is among the last 3 dates
+                _say(f"promote to stream? (needs the last {DEMO_WINDOW} reconciled dates clean)")
+                if self.promote("stream"):
+                    break
+
+        d5 = days[4]
+        rows = read_rows(self.day_files(d5, LATER_DAY_TRADES).eod, self.flow)
+        lost = rows[7]
+        _say(f"stage stream, {d5}: the stream misses trade {lost['trade_id']}; the EOD run "
+             "reconciles the EOD file against the stream layer and corrects it")
+        self.produce([r for r in rows if r is not lost])
+        self.caught_up()
+        from streamshift.recon_jobs import eod_correct
+
+        eod_file = self.files[d5].eod
+        for result in reconcile_date(self.spark, self.settings, self.flow, d5, eod_file=eod_file,
+                                     parity=False):
+            print(f"  reconcile: {result.describe()}")
+        print(f"  EOD correction: {eod_correct(self.spark, self.settings, self.flow, d5, eod_file).describe()}")
+        for result in reconcile_date(self.spark, self.settings, self.flow, d5, eod_file=eod_file,
+                                     parity=False):
+            print(f"  reconcile again: {result.describe()}")
+
+        from streamshift.heartbeat import broker_lag, read_status
+
+        for status in read_status(self.settings.home):
+            status.lag_now = broker_lag(self.settings, status.beat)
+            print(f"streamshift status: {status.describe()}")
+        from streamshift.report import write_report
+
+        self.report = write_report(self.spark, self.settings, self.flow, d5)
+        self.last_day = d5
+
+    def closing_words(self) -> None:
+        html_path, json_path = self.report
+        _say("the day's report")
+        print(f"  {html_path}\n  {json_path} (for machines)")
+        env = f"STREAMSHIFT_HOME={self.settings.home}"
+        _say("try it yourself")
+        print(f"  {env} .venv/bin/streamshift stage --flow trades")
+        print(f"  {env} .venv/bin/streamshift show --flow trades --view positions --layer serving "
+              f"--date {self.last_day}")
+        print(f"  {env} .venv/bin/streamshift report --flow trades --date {DEMO_DATE}")
+        print(f"  {env} .venv/bin/streamshift status")

@@ -100,11 +100,36 @@ class StreamStatus:
                          f"{b.get('input_rows', 0)} rows, {b.get('processed_rows_per_second', 0):,.0f} rows/s)")
         else:
             parts.append("no batch yet")
-        lag = self.lag_now if self.lag_now is not None else b.get("lag")
-        parts.append(f"lag {lag if lag is not None else 'unknown'} events")
+        if self.lag_now is not None:
+            parts.append(f"lag {self.lag_now} events (broker end offsets now)")
+        else:
+            lag = b.get("lag")
+            parts.append(f"lag {lag if lag is not None else 'unknown'} events (at the last batch)")
         if b.get("error"):
             parts.append(f"error: {b['error']}")
         return "; ".join(parts)
+
+
+def broker_lag(settings, beat: dict[str, Any]) -> int | None:  # type: ignore[no-untyped-def]
+    """Events on the broker not yet processed: end offsets now minus the last processed ones."""
+    processed = beat.get("processed_offsets") or {}
+    if not processed:
+        return None
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer({**settings.kafka_client_config(), "group.id": "streamshift-status",
+                         "enable.auto.commit": False})
+    try:
+        latest = {
+            topic: {part: consumer.get_watermark_offsets(TopicPartition(topic, int(part)),
+                                                         timeout=5)[1] for part in parts}
+            for topic, parts in processed.items()
+        }
+    except KafkaException:
+        return None
+    finally:
+        consumer.close()
+    return offsets_lag(latest, processed)
 
 
 def read_status(home: Path) -> list[StreamStatus]:

@@ -17,6 +17,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from streamshift.errors import StreamshiftError
 from streamshift.settings import Settings
@@ -287,7 +288,8 @@ def _tail(path: Path, lines: int = 20) -> str:
 def admin_client(settings: Settings):  # type: ignore[no-untyped-def]
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient(settings.kafka_client_config())
+    config: dict[str, Any] = dict(settings.kafka_client_config())
+    return AdminClient(config)
 
 
 def ensure_topic(settings: Settings, name: str, partitions: int | None = None) -> bool:
@@ -321,4 +323,6 @@ def producer_config(settings: Settings) -> dict[str, object]:
         "acks": "all",
         "linger.ms": 20,
         "compression.type": "lz4",
+        # librdkafka warns while a fresh broker loads its coordinator; errors still show.
+        "log_level": 3,
     }

@@ -79,12 +79,20 @@ def collect(spark: SparkSession, settings: Settings, flow: Flow, business_date: 
             late_by_hour[r["hour"]] += r["count"]
 
     day = business_date.isoformat()
-    progress = [
+    batches = [
         {"timestamp": p["timestamp"], "lag": p.get("lag"), "duration_s": p["duration_ms"] / 1000,
          "input_rows": p["input_rows"]}
         for p in read_progress(progress_path(settings.home, flow.name, "stream"))
-        if str(p.get("timestamp", "")).startswith(day)
     ]
+    # The business date's own (UTC) day; for a date the stream did not run on (a replayed
+    # or generated day), the last 24 hours, labelled as such.
+    progress = [b for b in batches if b["timestamp"].startswith(day)]
+    window = f"{day} (UTC)"
+    if not progress and batches:
+        last = dt.datetime.fromisoformat(batches[-1]["timestamp"])
+        progress = [b for b in batches
+                    if last - dt.datetime.fromisoformat(b["timestamp"]) <= dt.timedelta(hours=24)]
+        window = f"the last 24 hours of stream batches (none ran on {day})"
     return {
         "flow": flow.name,
         "business_date": day,
@@ -95,6 +103,7 @@ def collect(spark: SparkSession, settings: Settings, flow: Flow, business_date: 
         "worst_breaks": worst,
         "parity_streak": streak,
         "stream_progress": progress,
+        "stream_progress_window": window,
         "quarantine_by_rule": dict(sorted(quarantine.items())),
         "late_events_by_hour": {str(h): n for h, n in sorted(late_by_hour.items())},
         "stage_history": stage_history(spark, settings, flow),
@@ -133,7 +142,7 @@ def _bar(labels: list[str], values: list[float], title: str, colors: list[str] |
     return _svg(fig)
 
 
-def _lines(progress: list[dict[str, Any]]) -> str:
+def _lines(progress: list[dict[str, Any]], window: str) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -149,7 +158,7 @@ def _lines(progress: list[dict[str, Any]]) -> str:
                     transform=lag_ax.transAxes)
     lag_ax.set_ylabel("lag (events)")
     dur_ax.set_ylabel("batch duration (s)")
-    lag_ax.set_title("stream lag and micro-batch duration over the day (UTC)", fontsize=10)
+    lag_ax.set_title(f"stream lag and micro-batch duration: {window}", fontsize=10)
     fig.autofmt_xdate()
     return _svg(fig)
 
@@ -174,10 +183,13 @@ def render(data: dict[str, Any]) -> str:
     charts = {
         "breaks by kind": _bar(list(data["breaks_by_kind"]), list(data["breaks_by_kind"].values()),
                                "today's breaks by kind", ["#dd8452", "#c44e52", "#8172b3"]),
-        "parity streak": _bar([str(s["business_date"]) for s in streak], [s["breaks"] for s in streak],
-                              "parity breaks per business date (stream vs batch; empty bar = clean)",
+        # A clean date gets a short green bar, so a streak of clean days is visible.
+        "parity streak": _bar([str(s["business_date"]) for s in streak],
+                              [s["breaks"] if not s["clean"] else
+                               0.05 * max([1] + [x["breaks"] for x in streak]) for s in streak],
+                              "parity per business date: breaks (red), clean (green)",
                               ["#55a868" if s["clean"] else "#c44e52" for s in streak]),
-        "stream": _lines(data["stream_progress"]),
+        "stream": _lines(data["stream_progress"], data["stream_progress_window"]),
         "quarantine": _bar(list(data["quarantine_by_rule"]), list(data["quarantine_by_rule"].values()),
                            "quarantined rows by rule", horizontal=True),
         "late": _bar([f"{h}:00" for h in data["late_events_by_hour"]],

@@ -92,6 +92,7 @@ def ensure_table(
     if DeltaTable.isDeltaTable(spark, path):
         return
     struct = schema if isinstance(schema, _StructType) else _StructType.fromDDL(schema)
+    assert isinstance(struct, _StructType)
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(struct)
     if partition_by:
         builder = builder.partitionedBy(*partition_by)

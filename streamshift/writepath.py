@@ -243,6 +243,7 @@ def _merge_counts(merge_output: DataFrame) -> dict[str, int]:
 def delta_log_version(spark: SparkSession, path: str) -> int:
     """The table's latest commit number, from a listing of ``_delta_log`` (no log replay)."""
     jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a classic (not Spark Connect) session
     log_dir = jvm.org.apache.hadoop.fs.Path(f"{path}/_delta_log")
     fs = log_dir.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     if not fs.exists(log_dir):

@@ -1,0 +1,53 @@
+"""`streamshift promote | stage | reconcile` as an operator runs them, in subprocesses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def _run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
+    env.update(STREAMSHIFT_HOME=str(home), STREAMSHIFT_SPARK_MASTER="local[2]",
+               STREAMSHIFT_SPARK_SHUFFLE_PARTITIONS="2", STREAMSHIFT_PROMOTION_WINDOW="2")
+    return subprocess.run([sys.executable, "-m", "streamshift.cli", *args], env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_promote_is_gated_and_recorded_and_reconcile_fails_on_breaks_when_asked(tmp_path: Path) -> None:
+    shadow = _run(tmp_path, "promote", "--flow", "trades", "--to", "shadow")
+    assert shadow.returncode == 0, shadow.stderr
+    assert "trades: batch → shadow" in shadow.stdout
+
+    refused = _run(tmp_path, "promote", "--flow", "trades", "--to", "stream")
+    assert refused.returncode == 2
+    assert "only 0 of the 2 business dates needed have been reconciled" in refused.stderr
+    assert "--force --reason" in refused.stderr and "Traceback" not in refused.stderr
+
+    # A break: the batch layer has a trade the stream layer does not.
+    eod = tmp_path / "eod.csv"
+    eod.write_text(
+        "trade_id,version,event_type,business_date,trade_ts,book,instrument,side,quantity,price,currency\n"
+        "T1,1,NEW,2026-11-20,2026-11-20T10:00:00Z,EQ-US-FLOW,AAPL,BUY,100,10.5,USD\n")
+    assert _run(tmp_path, "eod", "--flow", "trades", "--date", "2026-11-20", "--file",
+                str(eod)).returncode == 0
+    recon = _run(tmp_path, "reconcile", "--flow", "trades", "--date", "2026-11-20",
+                 "--fail-on-breaks")
+    assert recon.returncode == 1, recon.stderr
+    assert "parity 2026-11-20: batch (1 rows) vs stream (0 rows): 1 breaks (1 missing_right)" \
+        in recon.stdout
+    assert _run(tmp_path, "reconcile", "--flow", "trades", "--date", "2026-11-20").returncode == 0
+
+    forced = _run(tmp_path, "promote", "--flow", "trades", "--to", "stream", "--force",
+                  "--reason", "pilot desk")
+    assert forced.returncode == 0 and "FORCED: pilot desk" in forced.stdout
+    stage = _run(tmp_path, "stage", "--flow", "trades")
+    assert "trades: stage stream" in stage.stdout
+    assert "2026-11-20  1 breaks" in stage.stdout
+    assert "shadow → stream  by" in stage.stdout and "FORCED (pilot desk)" in stage.stdout
