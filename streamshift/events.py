@@ -39,6 +39,9 @@ from streamshift.writepath import MALFORMED, RAW, SOURCE, SOURCE_REF
 
 KAFKA_SOURCE = "kafka"
 DECODE_ERROR = "_decode_error"  # human detail of why a message is undecodable
+KAFKA_KEY, KAFKA_VALUE, KAFKA_TS = "_kafka_key", "_kafka_value", "_kafka_ts"
+# What ``decode`` keeps for the dead-letter topic; not part of the write path's raw changes.
+TRANSPORT_COLUMNS = (KAFKA_KEY, KAFKA_VALUE, KAFKA_TS, DECODE_ERROR)
 
 # Rule names of undecodable messages (first failing wins).
 JSON_INVALID = "json_invalid"
@@ -160,9 +163,9 @@ def decode(flow: Flow) -> callable:  # type: ignore[valid-type]
             F.lit(KAFKA_SOURCE).alias(SOURCE),
             F.col(MALFORMED),
             F.when(~decodable, detail).alias(DECODE_ERROR),
-            F.col("key").alias("_kafka_key"),
-            value.alias("_kafka_value"),
-            F.col("timestamp").alias("_kafka_ts"),
+            F.col("key").alias(KAFKA_KEY),
+            value.alias(KAFKA_VALUE),
+            F.col("timestamp").alias(KAFKA_TS),
         )
 
     return transform

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from streamshift.errors import StreamshiftError
-from streamshift.events import DECODE_ERROR, KAFKA_SOURCE, decode, topic_for
+from streamshift.events import KAFKA_SOURCE, TRANSPORT_COLUMNS, decode, topic_for
 from streamshift.flow import Flow
 from streamshift.writepath import ApplyResult, Target, apply_changes
 
@@ -115,8 +115,7 @@ def replay(spark: SparkSession, settings: Settings, flow: Flow, start: dt.dateti
         # endingTimestamp bounds by offset lookup; keep the range exact by timestamp too.
         .where((F.col("timestamp") >= F.lit(start)) & (F.col("timestamp") < F.lit(end)))
     )
-    decoded = events.transform(decode(flow)).drop(
-        "_kafka_key", "_kafka_value", "_kafka_ts", DECODE_ERROR).persist()
+    decoded = events.transform(decode(flow)).drop(*TRANSPORT_COLUMNS).persist()
     try:
         n = decoded.count()
         print(f"[replay] applying {n} events to the {layer} layer", file=sys.stderr, flush=True)

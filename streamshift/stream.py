@@ -32,7 +32,10 @@ from streamshift import heartbeat
 from streamshift.errors import StreamshiftError
 from streamshift.events import (
     DECODE_ERROR,
+    KAFKA_KEY,
     KAFKA_SOURCE,
+    KAFKA_VALUE,
+    TRANSPORT_COLUMNS,
     UNDECODABLE_RULES,
     decode,
     dlq_topic,
@@ -46,7 +49,6 @@ from streamshift.writepath import MALFORMED, SOURCE_REF, ApplyResult, Target, ap
 if TYPE_CHECKING:
     from streamshift.settings import Settings
 
-KAFKA_COLUMNS = ("_kafka_key", "_kafka_value", "_kafka_ts")
 
 
 class StreamError(StreamshiftError):
@@ -70,7 +72,7 @@ def forward_undecodable(spark: SparkSession, settings: Settings, flow: Flow, tar
     from confluent_kafka import Producer
 
     bad = decoded.where(F.col(MALFORMED).isin(*UNDECODABLE_RULES)).select(
-        SOURCE_REF, MALFORMED, DECODE_ERROR, "_kafka_key", "_kafka_value").collect()
+        SOURCE_REF, MALFORMED, DECODE_ERROR, KAFKA_KEY, KAFKA_VALUE).collect()
     if not bad:
         return 0
     refs = [r[SOURCE_REF] for r in bad]
@@ -96,7 +98,7 @@ def forward_undecodable(spark: SparkSession, settings: Settings, flow: Flow, tar
             ("streamshift.source_ref", r[SOURCE_REF].encode()),
             ("streamshift.batch", batch_label.encode()),
         ]
-        producer.produce(dlq, key=r["_kafka_key"], value=r["_kafka_value"], headers=headers,
+        producer.produce(dlq, key=r[KAFKA_KEY], value=r[KAFKA_VALUE], headers=headers,
                          on_delivery=delivered)
         producer.poll(0)
     remaining = producer.flush(60)
@@ -172,7 +174,7 @@ def batch_writer(settings: Settings, flow: Flow, target: Target, dlq: str, label
                 dead = forward_undecodable(target.spark, settings, flow, target, decoded, dlq,
                                            batch_label)
                 decode_seconds = time.perf_counter() - started
-                result = apply_changes(flow, decoded.drop(*KAFKA_COLUMNS, DECODE_ERROR),
+                result = apply_changes(flow, decoded.drop(*TRANSPORT_COLUMNS),
                                        KAFKA_SOURCE, target, batch_id=batch_label)
                 result.seconds_by_step = {"decode": decode_seconds, **result.seconds_by_step}
                 totals.add(batch_id, result, dead)
