@@ -32,7 +32,7 @@ from streamshift.reconcile import (
     record,
 )
 from streamshift.stages import current_stage, serving_frame
-from streamshift.tables import LayerTables, read
+from streamshift.tables import read
 from streamshift.writepath import (
     FAILED,
     SOURCE,
@@ -69,9 +69,9 @@ def reconcile_date(spark: SparkSession, settings: Settings, flow: Flow, business
     run_id = new_run_id()
     results: list[ReconResult] = []
     bd = F.col(flow.business_date) == F.lit(business_date)
-    layers = {layer: LayerTables(settings.warehouse, flow, layer) for layer in ("batch", "stream")}
-    for layer in layers:  # the tables exist even before the first load of a layer
-        Target.open(spark, settings, flow, layer)
+    # Opening creates a layer's tables, so a layer not loaded yet reads as empty.
+    targets = {layer: Target.open(spark, settings, flow, layer) for layer in ("batch", "stream")}
+    layers = {layer: target.tables for layer, target in targets.items()}
 
     if parity:
         for view in flow.views:
@@ -102,7 +102,7 @@ def reconcile_date(spark: SparkSession, settings: Settings, flow: Flow, business
 
     if eod_file is not None:
         _say(f"current state vs the EOD file {eod_file}")
-        reference = Target.open(spark, settings, flow, "stream").reference
+        reference = targets["stream"].reference
         current = serving_frame(spark, settings, flow, "current", business_date)
         in_file = _file_state(spark, flow, eod_file, business_date, reference)
         key = (flow.key,)

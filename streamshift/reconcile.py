@@ -29,7 +29,7 @@ from pyspark.sql.types import DecimalType, IntegralType, NumericType, StructType
 
 from streamshift.errors import StreamshiftError
 from streamshift.flow import Flow
-from streamshift.tables import ensure_table
+from streamshift.tables import ensure_table, read
 
 if TYPE_CHECKING:
     from streamshift.settings import Settings
@@ -217,6 +217,24 @@ def read_external_view(spark: SparkSession, path: Path, view_key: Sequence[str],
                              f"{', '.join(header)}")
     raw = raw.toDF(*header)
     return raw.select(*[F.trim(F.col(c)).try_cast(types[c]).alias(c) for c in header if c in types])
+
+
+def latest_runs(spark: SparkSession, settings: Settings, flow: Flow) -> DataFrame:
+    """The latest run of each reconciliation of each business date: a date re-reconciled
+    after a repair counts by its newest result."""
+    from pyspark.sql.window import Window
+
+    ensure_recon_tables(spark, settings)
+    runs = read(spark, recon_runs_path(settings)).where(F.col("flow") == flow.name)
+    newest_first = Window.partitionBy("business_date", "recon").orderBy(F.col("run_at").desc())
+    return runs.withColumn("_n", F.row_number().over(newest_first)).where("_n = 1").drop("_n")
+
+
+def parity_by_date(latest: DataFrame) -> DataFrame:
+    """Per business date: clean when every view's latest parity run is clean; total breaks."""
+    return latest.where(F.col("recon").startswith(PARITY)).groupBy("business_date").agg(
+        F.bool_and("clean").alias("clean"), F.sum("breaks").alias("breaks"),
+        F.max("run_id").alias("run_id"))
 
 
 def new_run_id() -> str:

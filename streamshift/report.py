@@ -18,17 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.window import Window
 
 from streamshift.flow import Flow
 from streamshift.heartbeat import progress_path, read_progress
-from streamshift.reconcile import (
-    KINDS,
-    PARITY,
-    ensure_recon_tables,
-    recon_breaks_path,
-    recon_runs_path,
-)
+from streamshift.reconcile import KINDS, latest_runs, parity_by_date, recon_breaks_path
 from streamshift.stages import current_stage, stage_history
 from streamshift.tables import LayerTables, read
 from streamshift.writepath import Target
@@ -46,13 +39,10 @@ def report_dir(settings: Settings, flow: Flow, business_date: dt.date) -> Path:
 # ---- data ---------------------------------------------------------------------------------
 def collect(spark: SparkSession, settings: Settings, flow: Flow, business_date: dt.date) -> dict[str, Any]:
     """Everything the report shows, as plain data (this is also the JSON summary)."""
-    ensure_recon_tables(spark, settings)
     for layer in ("batch", "stream"):
         Target.open(spark, settings, flow, layer)
-    runs = read(spark, recon_runs_path(settings)).where(F.col("flow") == flow.name)
-    latest_per_recon = runs.withColumn("_n", F.row_number().over(
-        Window.partitionBy("business_date", "recon").orderBy(F.col("run_at").desc()))).where("_n = 1")
-    today = [r.asDict() for r in latest_per_recon.where(
+    latest = latest_runs(spark, settings, flow)
+    today = [r.asDict() for r in latest.where(
         F.col("business_date") == F.lit(business_date)).orderBy("recon").collect()]
     run_ids = [r["run_id"] for r in today]
     breaks = read(spark, recon_breaks_path(settings)).where(
@@ -60,9 +50,8 @@ def collect(spark: SparkSession, settings: Settings, flow: Flow, business_date: 
         & F.col("run_id").isin(run_ids or [""]))
     worst = [r.asDict() for r in breaks.orderBy(
         F.abs(F.coalesce("difference", F.lit(float("inf")))).desc(), "key").limit(15).collect()]
-    streak = [r.asDict() for r in latest_per_recon.where(F.col("recon").startswith(PARITY))
-              .groupBy("business_date").agg(F.sum("breaks").alias("breaks"),
-                                            F.bool_and("clean").alias("clean"))
+    streak = [r.asDict() for r in parity_by_date(latest)
+              .select("business_date", "breaks", "clean")
               .orderBy(F.col("business_date").desc()).limit(STREAK_DAYS).collect()][::-1]
 
     quarantine: Counter[str] = Counter()

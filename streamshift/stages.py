@@ -21,11 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.window import Window
 
 from streamshift.errors import StreamshiftError
 from streamshift.flow import Flow
-from streamshift.reconcile import PARITY, ensure_recon_tables, recon_runs_path
+from streamshift.reconcile import latest_runs, parity_by_date
 from streamshift.tables import LayerTables, ensure_table, read
 
 if TYPE_CHECKING:
@@ -88,15 +87,7 @@ class Evidence:
 
 def promotion_evidence(spark: SparkSession, settings: Settings, flow: Flow) -> Evidence:
     """The latest parity reconciliation of each of the last N reconciled business dates."""
-    ensure_recon_tables(spark, settings)
-    runs = read(spark, recon_runs_path(settings)).where(
-        (F.col("flow") == flow.name) & F.col("recon").startswith(PARITY))
-    # A date is clean when every view's latest parity run on it is clean.
-    latest = runs.withColumn("_n", F.row_number().over(
-        Window.partitionBy("business_date", "recon").orderBy(F.col("run_at").desc()))).where("_n = 1")
-    per_date = latest.groupBy("business_date").agg(
-        F.bool_and("clean").alias("clean"), F.sum("breaks").alias("breaks"),
-        F.max("run_id").alias("run_id"))
+    per_date = parity_by_date(latest_runs(spark, settings, flow))
     rows = per_date.orderBy(F.col("business_date").desc()).limit(settings.promotion_window).collect()
     return Evidence(settings.promotion_window, [r.asDict() for r in rows])
 
