@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import signal
 import statistics
@@ -28,7 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from streamshift.events import encode_event
 from streamshift.generate import generate_day
-from streamshift.heartbeat import heartbeat_path, progress_path, read_progress
+from streamshift.heartbeat import (
+    processed_events,
+    progress_path,
+    read_heartbeat,
+    read_progress,
+)
 from streamshift.kafka import LocalBroker, ensure_topic, free_port, producer_config
 from streamshift.produce import produce_rows, read_rows
 from streamshift.registry import get_flow
@@ -38,23 +42,12 @@ DAY = dt.date(2026, 11, 20)
 SAMPLE_EVERY = 50
 
 
-def _beat(home: Path) -> dict:  # type: ignore[type-arg]
-    try:
-        return json.loads(heartbeat_path(home, "trades", "stream").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _processed(beat: dict) -> int:  # type: ignore[type-arg]
-    return sum(sum(parts.values()) for parts in (beat.get("processed_offsets") or {}).values())
-
-
 def _wait_caught_up(home: Path, job: subprocess.Popen[bytes], total: int, timeout: float) -> None:
     """Until the job has processed ``total`` events (offsets start at 0 in a new topic)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        beat = _beat(home)
-        if beat.get("pid") == job.pid and _processed(beat) >= total:
+        beat = read_heartbeat(home, "trades", "stream")
+        if beat.get("pid") == job.pid and processed_events(beat) >= total:
             return
         if job.poll() is not None:
             raise SystemExit(f"stream job exited with {job.returncode}")
@@ -125,7 +118,8 @@ def main() -> int:
                              on_delivery=on_delivery(i) if sample else None)
             producer.poll(0)
             if i and i % (int(args.rate) * 10) == 0:
-                behind = len(warmup) + i - _processed(_beat(settings.home))
+                beat = read_heartbeat(settings.home, "trades", "stream")
+                behind = len(warmup) + i - processed_events(beat)
                 print(f"[bench] {i} sent, {behind} not yet applied", flush=True)
         producer.flush(60)
         _wait_caught_up(settings.home, job, len(warmup) + n_events, 900)

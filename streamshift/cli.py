@@ -246,16 +246,15 @@ def _cmd_stream(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from streamshift.heartbeat import broker_lag, read_status
+    from streamshift.heartbeat import read_status
 
-    statuses = [s for s in read_status(load_settings().home)
+    settings = load_settings()
+    statuses = [s for s in read_status(settings.home, settings)
                 if args.flow is None or s.flow == args.flow]
     if not statuses:
         print("no streaming job has run here yet (start one with `streamshift stream --flow F`)")
         return 3
-    settings = load_settings()
     for status in statuses:
-        status.lag_now = broker_lag(settings, status.beat)
         print(status.describe())
     return 0 if all(s.running for s in statuses) else 3
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import os
 import shutil
 import signal
@@ -101,12 +100,9 @@ class _Demo:
         print(result.describe())
 
     def beat(self) -> dict:  # type: ignore[type-arg]
-        from streamshift.heartbeat import heartbeat_path
+        from streamshift.heartbeat import read_heartbeat
 
-        try:
-            return json.loads(heartbeat_path(self.settings.home, "trades", "stream").read_text())
-        except (OSError, ValueError):
-            return {}
+        return read_heartbeat(self.settings.home, "trades", "stream")
 
     def wait_for(self, done, what: str, timeout: float = 600) -> None:  # type: ignore[no-untyped-def]
         assert self.job is not None
@@ -126,11 +122,10 @@ class _Demo:
         raise RuntimeError(f"timed out waiting for {what}")
 
     def caught_up(self) -> None:
-        def processed(beat: dict) -> int:  # type: ignore[type-arg]
-            offsets = (beat.get("processed_offsets") or {}).get(TOPIC, {})
-            return sum(offsets.values())
+        from streamshift.heartbeat import processed_events
 
-        self.wait_for(lambda b: processed(b) >= self.produced, "the stream to catch up")
+        self.wait_for(lambda b: processed_events(b, TOPIC) >= self.produced,
+                      "the stream to catch up")
 
     def eod_and_reconcile(self, day: dt.date, eod_file) -> None:  # type: ignore[no-untyped-def]
         from streamshift.batch import run_eod
@@ -310,10 +305,9 @@ class _Demo:
                                      parity=False):
             print(f"  reconcile again: {result.describe()}")
 
-        from streamshift.heartbeat import broker_lag, read_status
+        from streamshift.heartbeat import read_status
 
-        for status in read_status(self.settings.home):
-            status.lag_now = broker_lag(self.settings, status.beat)
+        for status in read_status(self.settings.home, self.settings):
             print(f"streamshift status: {status.describe()}")
         from streamshift.report import write_report
 

@@ -49,6 +49,25 @@ def write_heartbeat(path: Path, beat: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
+def read_heartbeat(home: Path, flow: str, layer: str) -> dict[str, Any]:
+    """The latest heartbeat of a stream job; empty when none was written (or mid-replace)."""
+    try:
+        beat = json.loads(heartbeat_path(home, flow, layer).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return beat if isinstance(beat, dict) else {}
+
+
+def processed_events(beat: dict[str, Any], topic: str | None = None) -> int:
+    """Events the job has processed: the sum of its processed offsets (of ``topic``, or all).
+
+    Equals the number of events only on a topic whose partitions start at offset 0.
+    """
+    offsets = beat.get("processed_offsets") or {}
+    return sum(sum(parts.values()) for name, parts in offsets.items()
+               if topic is None or name == topic)
+
+
 def append_progress(path: Path, record: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as handle:
@@ -132,8 +151,9 @@ def broker_lag(settings, beat: dict[str, Any]) -> int | None:  # type: ignore[no
     return offsets_lag(latest, processed)
 
 
-def read_status(home: Path) -> list[StreamStatus]:
-    """Every stream job that ever wrote a heartbeat under ``home``."""
+def read_status(home: Path, settings=None) -> list[StreamStatus]:  # type: ignore[no-untyped-def]
+    """Every stream job that ever wrote a heartbeat under ``home``; with ``settings``, also
+    its lag against the broker's end offsets now."""
     statuses = []
     for path in sorted(status_dir(home).glob("*.json")):
         try:
@@ -142,5 +162,7 @@ def read_status(home: Path) -> list[StreamStatus]:
             continue
         pid = beat.get("pid")
         running = beat.get("state") == "running" and isinstance(pid, int) and pid_alive(pid)
-        statuses.append(StreamStatus(beat.get("flow", "?"), beat.get("layer", "?"), running, beat))
+        lag_now = broker_lag(settings, beat) if settings is not None else None
+        statuses.append(StreamStatus(beat.get("flow", "?"), beat.get("layer", "?"), running, beat,
+                                     lag_now))
     return statuses
