@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.cli_support import CLI, LOCAL_SPARK, run_cli
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -17,11 +17,7 @@ DAY = "2026-11-20"
 
 
 def _run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
-    env.update(STREAMSHIFT_HOME=str(home), STREAMSHIFT_SPARK_MASTER="local[2]",
-               STREAMSHIFT_SPARK_SHUFFLE_PARTITIONS="2")
-    return subprocess.run([sys.executable, "-m", "streamshift.cli", *args], env=env,
-                          capture_output=True, text=True, timeout=600)
+    return run_cli(home, *args, **LOCAL_SPARK)
 
 
 def test_generate_load_show_and_a_bad_file(tmp_path: Path) -> None:
@@ -71,6 +67,6 @@ def test_every_command_has_help() -> None:
     commands = list(sub.choices)
     assert {"eod", "show", "generate", "produce", "stream", "status", "demo"} <= set(commands)
     for command in commands:
-        result = subprocess.run([sys.executable, "-m", "streamshift.cli", command, "--help"],
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run([*CLI, command, "--help"], capture_output=True, text=True,
+                                timeout=60, check=False)
         assert result.returncode == 0 and "usage: streamshift" in result.stdout, command

@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from streamshift.kafka import free_port
+from tests.cli_support import run_cli
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
 def _run(home: Path, port: int, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
-    env["STREAMSHIFT_HOME"] = str(home)
-    env["STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS"] = f"127.0.0.1:{port}"
-    env["STREAMSHIFT_KAFKA_CONTROLLER_PORT"] = str(free_port())
-    return subprocess.run(
-        [sys.executable, "-m", "streamshift.cli", *args],
-        env=env, capture_output=True, text=True, timeout=180,
-    )
+    return run_cli(home, *args, timeout=180, kafka_bootstrap_servers=f"127.0.0.1:{port}",
+                   kafka_controller_port=str(free_port()))
 
 
 def test_start_status_stop_like_a_user(tmp_path: Path) -> None:
@@ -63,10 +56,7 @@ def test_start_status_stop_like_a_user(tmp_path: Path) -> None:
 
 
 def test_bad_setting_gives_clear_error(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
-    env["STREAMSHIFT_KAFKA_TOPIC_PARTITIONS"] = "many"
-    result = subprocess.run([sys.executable, "-m", "streamshift.cli", "kafka", "status"],
-                            env=env, capture_output=True, text=True, timeout=60)
+    result = run_cli(tmp_path, "kafka", "status", timeout=60, kafka_topic_partitions="many")
     assert result.returncode == 2
     assert "STREAMSHIFT_KAFKA_TOPIC_PARTITIONS='many' is not valid" in result.stderr
     assert "Traceback" not in result.stderr

@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.cli_support import LOCAL_SPARK, run_cli
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def _run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
-    env.update(STREAMSHIFT_HOME=str(home), STREAMSHIFT_SPARK_MASTER="local[2]",
-               STREAMSHIFT_SPARK_SHUFFLE_PARTITIONS="2", STREAMSHIFT_PROMOTION_WINDOW="2")
-    return subprocess.run([sys.executable, "-m", "streamshift.cli", *args], env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
+    return run_cli(home, *args, promotion_window="2", **LOCAL_SPARK)
 
 
 def test_promote_is_gated_and_recorded_and_reconcile_fails_on_breaks_when_asked(tmp_path: Path) -> None:

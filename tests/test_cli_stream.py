@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 from streamshift.kafka import free_port
+from tests.cli_support import run_cli
 
 
-def _run(home: Path, *args: str, **env_extra: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
-    env.update(STREAMSHIFT_HOME=str(home), **env_extra)
-    return subprocess.run([sys.executable, "-m", "streamshift.cli", *args], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+def _run(home: Path, *args: str, **settings: str) -> subprocess.CompletedProcess[str]:
+    return run_cli(home, *args, timeout=120, **settings)
 
 
 def test_produce_without_a_broker_says_how_to_start_one(tmp_path: Path) -> None:
@@ -23,7 +19,7 @@ def test_produce_without_a_broker_says_how_to_start_one(tmp_path: Path) -> None:
         "trade_id,version,event_type,business_date,trade_ts,book,instrument,side,quantity,price,currency\n"
         "T1,1,NEW,2026-11-20,2026-11-20T10:00:00Z,EQ-US-FLOW,AAPL,BUY,100,10.5,USD\n")
     result = _run(tmp_path, "produce", "--flow", "trades", "--file", str(csv_file),
-                  STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS=f"127.0.0.1:{free_port()}")
+                  kafka_bootstrap_servers=f"127.0.0.1:{free_port()}")
     assert result.returncode == 2, result.stderr
     assert "cannot reach Kafka" in result.stderr and "streamshift kafka start" in result.stderr
     assert "Traceback" not in result.stderr

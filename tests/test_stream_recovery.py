@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,9 +14,10 @@ import pytest
 
 from flows.trades import FLOW
 from streamshift.generate import generate_day
-from streamshift.heartbeat import heartbeat_path
+from streamshift.heartbeat import read_heartbeat
 from streamshift.produce import produce_rows, read_rows
 from streamshift.writepath import Target
+from tests.cli_support import CLI, LOCAL_SPARK, cli_env, run_cli
 from tests.stream_support import isolated, new_topic, oracle, state
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
@@ -27,34 +26,24 @@ DAY = dt.date(2026, 11, 20)
 
 
 def _env(home: Path, bootstrap: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
-    env.update(STREAMSHIFT_HOME=str(home), STREAMSHIFT_SPARK_MASTER="local[2]",
-               STREAMSHIFT_SPARK_SHUFFLE_PARTITIONS="2",
-               STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS=bootstrap,
-               STREAMSHIFT_MAX_OFFSETS_PER_TRIGGER="150")
-    return env
+    return cli_env(home, kafka_bootstrap_servers=bootstrap, max_offsets_per_trigger="150",
+                   **LOCAL_SPARK)
 
 
 def _start(home: Path, bootstrap: str, topic: str, log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "streamshift.cli", "stream", "--flow", "trades", "--topic", topic,
-         "--trigger", "1 second"],
+        [*CLI, "stream", "--flow", "trades", "--topic", topic, "--trigger", "1 second"],
         env=_env(home, bootstrap), stdout=open(log, "ab"), stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group: the JVM child dies with it
     )
 
 
 def _beat(home: Path) -> dict:  # type: ignore[type-arg]
-    path = heartbeat_path(home, "trades", "stream")
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
+    return read_heartbeat(home, "trades", "stream")
 
 
 def _status(home: Path, bootstrap: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "streamshift.cli", "status"],
-                          env=_env(home, bootstrap), capture_output=True, text=True, timeout=60)
+    return run_cli(home, "status", timeout=60, kafka_bootstrap_servers=bootstrap)
 
 
 def test_sigkill_at_random_points_then_sigterm_ends_in_the_oracle_state(  # type: ignore[no-untyped-def]

@@ -1,0 +1,27 @@
+"""Running the `streamshift` command as a user does: a subprocess with its own settings."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+CLI = [sys.executable, "-m", "streamshift.cli"]
+# Small local Spark for commands that start one.
+LOCAL_SPARK = {"spark_master": "local[2]", "spark_shuffle_partitions": "2"}
+
+
+def cli_env(home: Path, **settings: str) -> dict[str, str]:
+    """The environment minus the developer's STREAMSHIFT_*, plus ``home`` and ``settings``
+    (given by field name: ``spark_master="local[2]"`` → STREAMSHIFT_SPARK_MASTER)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
+    env["STREAMSHIFT_HOME"] = str(home)
+    env.update({f"STREAMSHIFT_{name.upper()}": value for name, value in settings.items()})
+    return env
+
+
+def run_cli(home: Path, *args: str, timeout: float = 600,
+            **settings: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], env=cli_env(home, **settings), capture_output=True,
+                          text=True, timeout=timeout, check=False)
