@@ -195,8 +195,9 @@ class LocalBroker:
                 "kafka.tools.StorageTool",
                 "format",
                 "--standalone",
-                "-t",
-                cluster_id,
+                # Attached with '=': a URL-safe base64 id may start with '-' (1 in 64), which
+                # the tool's argument parser would take for an option.
+                f"--cluster-id={cluster_id}",
                 "-c",
                 str(self.config_file),
             ),
