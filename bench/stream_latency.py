@@ -85,7 +85,7 @@ def main() -> int:
     warmup, measured = rows[:2000], rows[2000:2000 + n_events]
     topic = "trades"
     ensure_topic(settings, topic)
-    log = open(work / "stream.log", "wb")
+    log = open(work / "stream.log", "wb")  # noqa: SIM115 - closed with the job, below
     job = subprocess.Popen(
         [sys.executable, "-m", "streamshift.cli", "stream", "--flow", "trades",
          "--trigger", args.trigger], env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -126,6 +126,7 @@ def main() -> int:
     finally:
         job.send_signal(signal.SIGTERM)
         job.wait(120)
+        log.close()
         broker.stop()
 
     batches = [b for b in read_progress(progress_path(settings.home, "trades", "stream"))

@@ -132,8 +132,8 @@ class LocalBroker:
                 "process.roles=broker,controller",
                 "node.id=1",
                 f"controller.quorum.bootstrap.servers=127.0.0.1:{self.controller_port}",
-                f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
-                f"CONTROLLER://127.0.0.1:{self.controller_port}",
+                (f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
+                 f"CONTROLLER://127.0.0.1:{self.controller_port}"),
                 f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
                 "controller.listener.names=CONTROLLER",
                 "inter.broker.listener.name=PLAINTEXT",
@@ -203,6 +203,7 @@ class LocalBroker:
             ),
             capture_output=True,
             text=True,
+            check=False,  # the return code is reported below, with the tool's output
         )
         if result.returncode != 0:
             raise BrokerError(f"formatting broker storage failed:\n{result.stdout}{result.stderr}")

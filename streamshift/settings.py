@@ -98,7 +98,7 @@ def _setting(default: Any, parse: Callable[[str], Any], doc: str) -> Any:
 class Settings:
     """Configuration of one streamshift process; build it with :func:`load_settings`."""
 
-    home: Path = _setting(
+    home: Path = _setting(  # noqa: RUF009 - frozen defaults, read once per process
         Path("var").resolve(), _path, "root of warehouse, checkpoints, broker data, reports"
     )
     spark_master: str = _setting("local[*]", str, "Spark master URL")
@@ -107,7 +107,7 @@ class Settings:
     )
     spark_driver_memory: str = _setting("2g", str, "spark.driver.memory")
     spark_ui: bool = _setting(False, _bool, "start the Spark web UI")
-    jars_dir: Path = _setting(
+    jars_dir: Path = _setting(  # noqa: RUF009
         REPO_ROOT / "jvm", _path, "folder holding spark/lib and kafka/lib (scripts/setup)"
     )
     kafka_bootstrap_servers: str = _setting(

@@ -15,17 +15,20 @@ from — and:
 6. records changes for business dates an EOD run already closed in ``late_events``.
 
 Every step is idempotent, so a job that dies half-way is repaired by running it again.
+Steps that do not depend on each other (quarantine, history, late events) run on side threads
+beside the critical path keys → touched groups → current state → views.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Self
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 from pyspark.sql.window import Window
@@ -56,6 +59,8 @@ Transform = Callable[[DataFrame], DataFrame]
 
 # Small batches get literal IN-lists in MERGE conditions so Delta prunes files by stats.
 PRUNE_KEYS_BELOW = 2_000
+# Views with fewer touched groups than this are MERGEd from rows collected to the driver.
+LOCAL_SOURCE_BELOW = 10_000
 
 
 def raw_schema(flow: Flow) -> StructType:
@@ -136,6 +141,27 @@ def recompute_view_groups(view_compute, live: DataFrame, groups: DataFrame,  # t
     return groups.join(recomputed, list(group_key), "left")
 
 
+def changed_groups(recomputed: DataFrame, stored: DataFrame,
+                   group_key: tuple[str, ...]) -> DataFrame:
+    """The recomputed groups that differ from the stored view: new, vanished or changed values.
+
+    ``recomputed`` comes from :func:`recompute_view_groups` (``_present`` null = vanished);
+    ``stored`` is the view table's rows for the same groups. Unchanged groups drop out, so a
+    replayed change writes nothing to the view.
+    """
+    values = [c for c in recomputed.columns if c not in group_key and c != "_present"]
+    old = stored.select(*group_key, *(F.col(c).alias(f"_stored_{c}") for c in values),
+                        F.lit(True).alias("_stored"))
+    on = [recomputed[c].eqNullSafe(old[c]) for c in group_key]
+    joined = recomputed.join(old, on, "left")
+    present, was = F.col("_present").isNotNull(), F.col("_stored").isNotNull()
+    differs = F.lit(False)
+    for c in values:
+        differs = differs | ~recomputed[c].eqNullSafe(F.col(f"_stored_{c}"))
+    keep = (present & ~was) | (~present & was) | (present & was & differs)
+    return joined.where(keep).select(*(recomputed[c] for c in recomputed.columns))
+
+
 class _Timer:
     """Per-step timings of one apply, for the benchmark and the curious (STREAMSHIFT debug)."""
 
@@ -194,8 +220,8 @@ class Target:
         )
         state = state_columns(self.flow, checked_changes(self.flow, empty_raw, self.reference))
         part = (self.flow.business_date,)
-        ensure_table(self.spark, self.tables.current, state.schema, part)
-        ensure_table(self.spark, self.tables.history, state.schema, part)
+        ensure_table(self.spark, self.tables.current, state.schema, part, deletion_vectors=True)
+        ensure_table(self.spark, self.tables.history, state.schema, part)  # insert-only
         ensure_table(self.spark, self.tables.quarantine, QUARANTINE_SCHEMA)
         ensure_table(self.spark, self.tables.late_events, LATE_EVENTS_SCHEMA, ("business_date",))
         ensure_table(self.spark, self.tables.eod_runs, EOD_RUNS_SCHEMA)
@@ -223,7 +249,7 @@ def state_columns(flow: Flow, checked: DataFrame) -> DataFrame:
     return checked.drop(*drop).withColumn(APPLIED_AT, F.current_timestamp())
 
 
-def _in_list(column: str, values: list[object]) -> str:
+def _in_list(column: str, values: Sequence[object]) -> str:
     def literal(v: object) -> str:
         if isinstance(v, dt.date):
             return f"DATE'{v.isoformat()}'"
@@ -287,12 +313,13 @@ def apply_changes(
                 result.rejected_by_rule[row["rule"]] = row["count"]
                 result.rejected += row["count"]
         timer.lap("validate")
-        if result.rejected:
-            _quarantine(spark, flow, checked.where(F.size(FAILED) > 0), tables, batch_id)
-            timer.lap("quarantine")
-        if result.accepted:
-            accepted = state_columns(flow, checked.where(F.size(FAILED) == 0))
-            _apply_accepted(spark, flow, accepted, target, result, closing_date, timer)
+        with _Steps(timer) as steps:
+            if result.rejected:
+                steps.submit("quarantine", _quarantine, spark, flow,
+                             checked.where(F.size(FAILED) > 0), tables, batch_id)
+            if result.accepted:
+                accepted = state_columns(flow, checked.where(F.size(FAILED) == 0))
+                _apply_accepted(spark, flow, accepted, target, result, closing_date, steps)
         result.seconds_by_step = timer.steps
         return result
     finally:
@@ -323,114 +350,243 @@ def _quarantine(spark: SparkSession, flow: Flow, rejected: DataFrame, tables: La
 
 
 def _apply_accepted(spark: SparkSession, flow: Flow, accepted: DataFrame, target: Target,
-                    result: ApplyResult, closing_date: dt.date | None, timer: _Timer) -> None:
-    from delta.tables import DeltaTable
+                    result: ApplyResult, closing_date: dt.date | None, steps: _Steps) -> None:
+    """Steps 3–6 for the accepted rows.
 
+    The critical path is keys → touched groups → current state → views; the history write
+    and the late-event record depend only on the incoming versions, so they run beside it on
+    their own threads (Spark runs jobs from several threads at once, and much of a Delta
+    commit is driver time, not work on the two cores).
+
+    A small batch (a micro-batch, a correction) collects its keys and the history of those
+    keys once: that one read gives both the touched groups and the versions history already
+    holds, so history takes a plain append of the new ones instead of a MERGE.
+    """
     tables = target.tables
     key, version, bd = flow.key, flow.version, flow.business_date
+    group_columns = sorted({bd} | {c for v in flow.views for c in v.group_key})
+    small = result.accepted < PRUNE_KEYS_BELOW
     versions = distinct_versions(flow, accepted).persist()
     try:
-        key_dates = versions.select(key, bd).distinct().collect()
-        keys = sorted({r[0] for r in key_dates})
-        small = len(keys) < PRUNE_KEYS_BELOW
-        key_filter = _in_list(f"t.{key}", keys) if small else "true"
-        incoming_dates = sorted({r[1] for r in key_dates})
-        timer.lap("keys")
+        if small:
+            incoming = versions.select(key, version, *group_columns).collect()
+            pairs = {(r[key], r[bd]) for r in incoming}
+        else:
+            incoming = []
+            pairs = {(r[0], r[1]) for r in versions.select(key, bd).distinct().collect()}
+        keys = sorted({k for k, _ in pairs})
+        incoming_dates = sorted({d for _, d in pairs})
+        steps.timer.lap("keys")
 
-        # 3. history: every accepted version, once.
-        (
-            DeltaTable.forPath(spark, tables.history).alias("t")
-            .merge(
-                versions.alias("s"),
-                f"t.{key} = s.{key} AND t.{version} = s.{version} AND {key_filter}",
-            )
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
-        timer.lap("history")
-
-        # Every version any touched key has had: its groups are the ones to recompute.
-        # (Read back from history, so a run that died after moving a trade in current state
-        # but before fixing the views still finds the trade's old group when re-run.)
-        history = read(spark, tables.history)
-        key_versions = (
-            history.where(F.col(key).isin(keys)) if small
-            else history.join(versions.select(key).distinct(), key, "left_semi")
-        )
-        group_columns = sorted({bd} | {c for v in flow.views for c in v.group_key})
-        touched = key_versions.select(*group_columns).distinct().collect()
-        touched_dates = sorted({r[bd] for r in touched} | set(incoming_dates))
-        date_filter = _in_list(f"t.{bd}", touched_dates)
-        timer.lap("touched")
-
-        # 4. current state: highest version per key, only where higher than stored.
-        latest = latest_per_key(flow, versions)
-        merged = (
-            DeltaTable.forPath(spark, tables.current).alias("t")
-            .merge(latest.alias("s"), f"t.{key} = s.{key} AND {date_filter} AND {key_filter}")
-            .whenMatchedUpdateAll(condition=f"s.{version} > t.{version}")
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
-        counts = _merge_counts(merged)
-        result.applied = counts.get("num_inserted_rows", 0) + counts.get("num_updated_rows", 0)
-        timer.lap("current")
-
-        # 5. views: recompute only the touched groups.
-        current = read(spark, tables.current).where(_in_list(bd, touched_dates))
-        live = current.where(~F.col(IS_DELETED))
-        for view in flow.views:
-            groups_rows = sorted({tuple(r[c] for c in view.group_key) for r in touched},
-                                 key=repr)
-            groups = spark.createDataFrame(groups_rows, live.select(*view.group_key).schema)
-            _merge_view(spark, view, live, groups, tables.view(view.name), date_filter)
-            result.touched_groups[view.name] = len(groups_rows)
-        result.views_committed_at = time.time()
-        timer.lap("views")
-
-        # 6. late events: changes for dates an EOD run already closed.
         closed = target.closed_dates() - ({closing_date} if closing_date else set())
         late_dates = [d for d in incoming_dates if d in closed]
         if late_dates:
-            late = versions.where(_in_list(bd, late_dates)).select(
-                F.lit(flow.name).alias("flow"),
-                F.col(bd).alias("business_date"),
-                F.col(key).cast("string").alias("key"),
-                F.col(version).alias("version"),
-                F.current_timestamp().alias("arrived_at"),
-                F.col(SOURCE).alias("source"),
-            )
-            (
-                DeltaTable.forPath(spark, tables.late_events).alias("t")
-                .merge(late.alias("s"), "t.flow = s.flow AND t.business_date = s.business_date "
-                       "AND t.key = s.key AND t.version = s.version AND t.source = s.source")
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
-            result.late = sum(1 for r in key_dates if r[1] in late_dates)
-        timer.lap("late")
+            steps.submit("late", _record_late, spark, flow, versions, tables, late_dates)
+            result.late = sum(1 for _, d in pairs if d in late_dates)
+
+        if small:
+            known = steps.run("touched", _history_of, spark, flow, tables, keys, group_columns)
+            stored = {(r[key], r[version]) for r in known}
+            new = [r for r in incoming if (r[key], r[version]) not in stored]
+            if new:
+                steps.submit("history", _append_history, spark, flow, versions, tables, new)
+            touched = {tuple(r[c] for c in group_columns) for r in [*known, *incoming]}
+        else:
+            steps.submit("history", _merge_history, spark, flow, versions, tables)
+            touched = steps.run("touched", _touched_groups, spark, flow, versions, tables,
+                                group_columns)
+        date_at = group_columns.index(bd)
+        touched_dates = sorted({g[date_at] for g in touched} | set(incoming_dates))
+        date_filter = _in_list(f"t.{bd}", touched_dates)
+
+        counts = steps.run("current", _merge_current, spark, flow, versions, tables,
+                           date_filter, _in_list(f"t.{key}", keys) if small else "true")
+        result.applied = counts.get("num_inserted_rows", 0) + counts.get("num_updated_rows", 0)
+
+        current = read(spark, tables.current).where(_in_list(bd, touched_dates))
+        live = current.where(~F.col(IS_DELETED))
+        for view in flow.views:
+            at = [group_columns.index(c) for c in view.group_key]
+            groups_rows = sorted({tuple(g[i] for i in at) for g in touched}, key=repr)
+            groups = spark.createDataFrame(groups_rows, live.select(*view.group_key).schema)
+            steps.submit(f"view {view.name}", _merge_view, spark, view, live, groups,
+                         tables.view(view.name), date_filter,
+                         len(groups_rows) < LOCAL_SOURCE_BELOW)
+            result.touched_groups[view.name] = len(groups_rows)
+        steps.wait(*(f"view {v.name}" for v in flow.views))
+        result.views_committed_at = time.time()
     finally:
+        steps.settle()  # the side steps read ``versions`` too
         versions.unpersist()
 
 
-def _merge_view(spark: SparkSession, view, live: DataFrame, groups: DataFrame,  # type: ignore[no-untyped-def]
-                path: str, date_filter: str) -> None:
+class _Steps:
+    """Independent write steps of one apply on a few threads; every step is awaited.
+
+    Leaving the block waits for all submitted steps and re-raises the first failure, so a
+    failed step never leaves another one running against tables the caller goes on to touch.
+    """
+
+    def __init__(self, timer: _Timer) -> None:
+        self.timer = timer
+        self._pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="apply")
+        self._futures: dict[str, Future[object]] = {}
+
+    def __enter__(self) -> Self:
+        return self
+
+    def settle(self) -> None:
+        """Wait for every submitted step, failed or not."""
+        wait(self._futures.values())
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.settle()
+            if exc[0] is None:
+                for future in self._futures.values():
+                    future.result()
+        finally:
+            self._pool.shutdown(wait=True)
+
+    def _timed(self, name: str, fn: Callable[..., object], *args: object) -> object:
+        started = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self.timer.steps[name] = time.perf_counter() - started
+
+    def submit(self, name: str, fn: Callable[..., object], *args: object) -> None:
+        self._futures[name] = self._pool.submit(self._timed, name, fn, *args)
+
+    def run(self, name: str, fn: Callable[..., Any], *args: object) -> Any:
+        """Run ``fn`` on the caller's thread (the critical path), timed."""
+        return self._timed(name, fn, *args)
+
+    def wait(self, *names: str) -> None:
+        for name in names:
+            self._futures[name].result()
+
+
+def _merge_history(spark: SparkSession, flow: Flow, versions: DataFrame,
+                   tables: LayerTables) -> None:
+    """Step 3 for a large batch: every accepted version, once (insert-only MERGE)."""
     from delta.tables import DeltaTable
 
-    # Persisted so the MERGE's two passes (find files, write) recompute the groups once.
-    source = recompute_view_groups(view.compute, live, groups, view.group_key).persist()
-    value_columns = [c for c in source.columns if c not in view.group_key and c != "_present"]
-    on = " AND ".join(f"t.{c} <=> s.{c}" for c in view.group_key)
-    changed = " OR ".join(f"NOT (t.{c} <=> s.{c})" for c in value_columns)
+    key, version = flow.key, flow.version
     (
-        DeltaTable.forPath(spark, path).alias("t")
-        .merge(source.alias("s"), f"{on} AND {date_filter}")
-        .whenMatchedDelete(condition="s._present IS NULL")
-        .whenMatchedUpdate(condition=changed, set={c: f"s.{c}" for c in value_columns})
-        .whenNotMatchedInsert(
-            condition="s._present IS NOT NULL",
-            values={c: f"s.{c}" for c in (*view.group_key, *value_columns)},
-        )
+        DeltaTable.forPath(spark, tables.history).alias("t")
+        .merge(versions.alias("s"), f"t.{key} = s.{key} AND t.{version} = s.{version}")
+        .whenNotMatchedInsertAll()
         .execute()
     )
-    source.unpersist()
+
+
+def _append_history(spark: SparkSession, flow: Flow, versions: DataFrame, tables: LayerTables,
+                    new: list[Row]) -> None:
+    """Step 3 for a small batch: append the versions history does not hold yet."""
+    key, version = flow.key, flow.version
+    wanted = spark.createDataFrame([(r[key], r[version]) for r in new],
+                                   versions.select(key, version).schema)
+    columns = read(spark, tables.history).columns
+    rows = versions.join(F.broadcast(wanted), [key, version], "left_semi").select(*columns)
+    rows.write.format("delta").mode("append").save(tables.history)
+
+
+def _history_of(spark: SparkSession, flow: Flow, tables: LayerTables, keys: list[object],
+                group_columns: list[str]) -> list[Row]:
+    """Every stored version of ``keys`` with the groups it lived in.
+
+    Read from history (not current state), so a run that died after moving a trade in current
+    state but before fixing the views still finds the trade's old group when re-run.
+    """
+    return (read(spark, tables.history).where(F.col(flow.key).isin(keys))
+            .select(flow.key, flow.version, *group_columns).collect())
+
+
+def _touched_groups(spark: SparkSession, flow: Flow, versions: DataFrame, tables: LayerTables,
+                    group_columns: list[str]) -> set[tuple[object, ...]]:
+    """A large batch's touched groups: those of its versions and of its keys' history."""
+    key = flow.key
+    known = read(spark, tables.history).join(versions.select(key).distinct(), key, "left_semi")
+    rows = (known.select(*group_columns).unionByName(versions.select(*group_columns))
+            .distinct().collect())
+    return {tuple(r) for r in rows}
+
+
+def _merge_current(spark: SparkSession, flow: Flow, versions: DataFrame, tables: LayerTables,
+                   date_filter: str, key_filter: str) -> dict[str, int]:
+    """Step 4: the highest version per key, only where higher than the stored one."""
+    from delta.tables import DeltaTable
+
+    key, version = flow.key, flow.version
+    merged = (
+        DeltaTable.forPath(spark, tables.current).alias("t")
+        .merge(latest_per_key(flow, versions).alias("s"),
+               f"t.{key} = s.{key} AND {date_filter} AND {key_filter}")
+        .whenMatchedUpdateAll(condition=f"s.{version} > t.{version}")
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+    return _merge_counts(merged)
+
+
+def _record_late(spark: SparkSession, flow: Flow, versions: DataFrame, tables: LayerTables,
+                 late_dates: list[dt.date]) -> None:
+    """Step 6: changes for business dates an EOD run already closed."""
+    from delta.tables import DeltaTable
+
+    key, version, bd = flow.key, flow.version, flow.business_date
+    late = versions.where(_in_list(bd, late_dates)).select(
+        F.lit(flow.name).alias("flow"),
+        F.col(bd).alias("business_date"),
+        F.col(key).cast("string").alias("key"),
+        F.col(version).alias("version"),
+        F.current_timestamp().alias("arrived_at"),
+        F.col(SOURCE).alias("source"),
+    )
+    (
+        DeltaTable.forPath(spark, tables.late_events).alias("t")
+        .merge(late.alias("s"), "t.flow = s.flow AND t.business_date = s.business_date "
+               "AND t.key = s.key AND t.version = s.version AND t.source = s.source")
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+
+
+def _merge_view(spark: SparkSession, view, live: DataFrame, groups: DataFrame,  # type: ignore[no-untyped-def]
+                path: str, date_filter: str, local: bool) -> None:
+    """MERGE the touched groups that actually changed; nothing to change, no commit."""
+    from delta.tables import DeltaTable
+
+    recomputed = recompute_view_groups(view.compute, live, groups, view.group_key)
+    stored = read(spark, path).alias("t").where(date_filter).join(
+        F.broadcast(groups), list(view.group_key), "left_semi")
+    changed = changed_groups(recomputed, stored, view.group_key)
+    if local:
+        # Few groups: hand the MERGE local rows (no source materialisation, fewer jobs).
+        rows = changed.collect()
+        if not rows:
+            return
+        source = spark.createDataFrame(rows, changed.schema)
+    else:
+        # Persisted so the emptiness check and the MERGE's passes compute the groups once.
+        source = changed.persist()
+        if source.isEmpty():
+            source.unpersist()
+            return
+    try:
+        value_columns = [c for c in source.columns if c not in view.group_key and c != "_present"]
+        on = " AND ".join(f"t.{c} <=> s.{c}" for c in view.group_key)
+        (
+            DeltaTable.forPath(spark, path).alias("t")
+            .merge(source.alias("s"), f"{on} AND {date_filter}")
+            .whenMatchedDelete(condition="s._present IS NULL")
+            .whenMatchedUpdate(set={c: f"s.{c}" for c in value_columns})
+            .whenNotMatchedInsert(
+                condition="s._present IS NOT NULL",
+                values={c: f"s.{c}" for c in (*view.group_key, *value_columns)},
+            )
+            .execute()
+        )
+    finally:
+        source.unpersist()
