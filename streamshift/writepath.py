@@ -57,7 +57,9 @@ APPLIED_AT = "_applied_at"
 
 Transform = Callable[[DataFrame], DataFrame]
 
-# Small batches get literal IN-lists in MERGE conditions so Delta prunes files by stats.
+# Batches with fewer accepted rows than this are "small": literal IN-lists in MERGE
+# conditions (Delta prunes files by stats), and one collected history lookup that serves
+# both the touched groups and a plain history append.
 PRUNE_KEYS_BELOW = 2_000
 # Views with fewer touched groups than this are MERGEd from rows collected to the driver.
 LOCAL_SOURCE_BELOW = 10_000

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import random
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -11,6 +12,8 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from flows.trades import FLOW
+from streamshift.generate import DayFiles
+from streamshift.produce import read_rows
 from streamshift.settings import Settings
 from streamshift.tables import read
 from streamshift.writepath import (
@@ -36,6 +39,14 @@ def isolated(settings: Settings, home: Path, **changes: Any) -> Settings:
 
 def new_topic(prefix: str = "trades") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def shuffled_day(files: DayFiles, seed: int) -> list[dict[str, str]]:
+    """The day's EOD rows and its corrections as events, in a seeded random order (an AMEND
+    or CANCEL may come before its NEW)."""
+    rows = read_rows(files.eod, FLOW) + read_rows(files.corrections, FLOW)
+    random.Random(seed).shuffle(rows)
+    return rows
 
 
 def csv_rows(*paths: Path) -> list[dict[str, str]]:

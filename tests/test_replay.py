@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import random
 import time
 
 import pytest
@@ -11,11 +10,11 @@ import pytest
 from flows.trades import FLOW
 from streamshift.generate import generate_day
 from streamshift.kafka import admin_client
-from streamshift.produce import produce_rows, read_rows
+from streamshift.produce import produce_rows
 from streamshift.replay import ReplayRefused, replay
 from streamshift.stream import run_stream
 from streamshift.writepath import Target
-from tests.stream_support import isolated, new_topic, state
+from tests.stream_support import isolated, new_topic, shuffled_day, state
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
@@ -26,8 +25,7 @@ def test_replay_reproduces_the_stream_layer_and_refuses_a_range_past_retention( 
         spark, kafka_settings, tmp_path) -> None:
     settings = isolated(kafka_settings, tmp_path / "home")
     files = generate_day(DAY, 300, tmp_path / "files", seed=41, progress=False)
-    rows = read_rows(files.eod, FLOW) + read_rows(files.corrections, FLOW)
-    random.Random(2).shuffle(rows)
+    rows = shuffled_day(files, seed=2)
     topic = new_topic()
     before = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)
     produce_rows(settings, FLOW, rows[:200], topic=topic, progress=False)

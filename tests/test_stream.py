@@ -17,7 +17,7 @@ from streamshift.produce import produce_rows, read_rows
 from streamshift.stream import run_stream
 from streamshift.tables import read
 from streamshift.writepath import Target
-from tests.stream_support import csv_rows, isolated, new_topic, oracle, state
+from tests.stream_support import csv_rows, isolated, new_topic, oracle, shuffled_day, state
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
@@ -65,8 +65,7 @@ def test_stream_and_eod_batch_reach_the_same_state(spark, kafka_settings, day, t
     settings = isolated(kafka_settings, tmp_path, max_offsets_per_trigger=250)
     topic = new_topic()
     ensure_topic(settings, topic, partitions=3)
-    rows = read_rows(day.eod, FLOW) + read_rows(day.corrections, FLOW)
-    random.Random(3).shuffle(rows)
+    rows = shuffled_day(day, seed=3)
     sent = produce_rows(settings, FLOW, rows, topic=topic, progress=False)
     assert sent.acknowledged == len(rows) and sent.failed == 0
 

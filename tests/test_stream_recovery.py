@@ -15,10 +15,10 @@ import pytest
 from flows.trades import FLOW
 from streamshift.generate import generate_day
 from streamshift.heartbeat import read_heartbeat
-from streamshift.produce import produce_rows, read_rows
+from streamshift.produce import produce_rows
 from streamshift.writepath import Target
 from tests.cli_support import CLI, LOCAL_SPARK, cli_env, run_cli
-from tests.stream_support import isolated, new_topic, oracle, state
+from tests.stream_support import isolated, new_topic, oracle, shuffled_day, state
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
@@ -50,8 +50,7 @@ def test_sigkill_at_random_points_then_sigterm_ends_in_the_oracle_state(  # type
         spark, kafka_settings, tmp_path) -> None:
     settings = isolated(kafka_settings, tmp_path / "home")
     files = generate_day(DAY, 900, tmp_path / "files", seed=31, progress=False)
-    rows = read_rows(files.eod, FLOW) + read_rows(files.corrections, FLOW)
-    random.Random(5).shuffle(rows)
+    rows = shuffled_day(files, seed=5)
     topic = new_topic()
     produce_rows(settings, FLOW, rows, topic=topic, progress=False)
     bootstrap = settings.kafka_bootstrap_servers
