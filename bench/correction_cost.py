@@ -20,13 +20,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pyspark.sql import functions as F
 
-from streamshift.batch import run_eod
-from streamshift.generate import generate_day
-from streamshift.registry import get_flow
-from streamshift.settings import load_settings
+from flows.trades.generate import generate_day
+from streamshift.core.contract import IS_DELETED
+from streamshift.core.registry import get_flow
+from streamshift.core.settings import load_settings
+from streamshift.jobs.eod import run_eod
 from streamshift.spark import get_spark
-from streamshift.tables import read
-from streamshift.writepath import IS_DELETED, Target, apply_changes, raw_schema
+from streamshift.write.apply import apply_changes
+from streamshift.write.target import Target, read
+from streamshift.write.transforms import raw_schema
 
 DAY = dt.date(2026, 11, 20)
 
@@ -46,15 +48,31 @@ def main() -> int:
     target = Target.open(spark, settings, flow, "batch")
     t0 = time.perf_counter()
     load = run_eod(spark, target, DAY, files.eod)
-    print(f"[bench] day loaded in {time.perf_counter() - t0:.1f}s: {load.apply.describe()}",
-          flush=True)
+    print(
+        f"[bench] day loaded in {time.perf_counter() - t0:.1f}s: {load.apply.describe()}",
+        flush=True,
+    )
 
     some = read(spark, target.tables.current).where(~F.col(IS_DELETED)).limit(args.repeat).collect()
     correction_times, recompute_times = [], []
     for i, row in enumerate(some):
-        amend = [(row.trade_id, str(row.version + 1), "AMEND", str(row.business_date),
-                  row.trade_ts.strftime("%Y-%m-%dT%H:%M:%SZ"), row.book, row.instrument, row.side,
-                  str(row.quantity + 1), str(row.price), row.currency, f"bench:{i}", "")]
+        amend = [
+            (
+                row.trade_id,
+                str(row.version + 1),
+                "AMEND",
+                str(row.business_date),
+                row.trade_ts.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                row.book,
+                row.instrument,
+                row.side,
+                str(row.quantity + 1),
+                str(row.price),
+                row.currency,
+                f"bench:{i}",
+                "",
+            )
+        ]
         changes = spark.createDataFrame(amend, raw_schema(flow))
         t = time.perf_counter()
         result = apply_changes(flow, changes, "bench", target)
@@ -65,11 +83,15 @@ def main() -> int:
 
         t = time.perf_counter()
         live = read(spark, target.tables.current).where(
-            (F.col("business_date") == F.lit(DAY)) & ~F.col(IS_DELETED))
+            (F.col("business_date") == F.lit(DAY)) & ~F.col(IS_DELETED)
+        )
         full = flow.view("positions").compute(live)
-        (full.write.format("delta").mode("overwrite")
-         .option("replaceWhere", f"business_date = DATE'{DAY}'")
-         .save(target.tables.view("positions")))
+        (
+            full.write.format("delta")
+            .mode("overwrite")
+            .option("replaceWhere", f"business_date = DATE'{DAY}'")
+            .save(target.tables.view("positions"))
+        )
         recompute_times.append(time.perf_counter() - t)
         print(f"[bench] full-day recompute {i + 1}: {recompute_times[-1]:.2f}s", flush=True)
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from streamshift.settings import load_settings
+from streamshift.core.settings import load_settings
 from streamshift.spark import get_spark
 
 
@@ -51,31 +51,43 @@ def run(work: Path, repeat: int) -> int:
     def table(name: str, properties: dict[str, str]) -> str:
         path = str(work / name)
         spark.range(1000).selectExpr("CAST(id AS STRING) AS k", "id AS v").write.format(
-            "delta").save(path)
+            "delta"
+        ).save(path)
         props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
         spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({props})")
         return path
 
     plain = table("plain", {"delta.enableDeletionVectors": "false"})
     with_dv = table("dv", {"delta.enableDeletionVectors": "true"})
-    with_cdf = table("cdf", {"delta.enableDeletionVectors": "false",
-                             "delta.enableChangeDataFeed": "true"})
+    with_cdf = table(
+        "cdf", {"delta.enableDeletionVectors": "false", "delta.enableChangeDataFeed": "true"}
+    )
 
     def merge(path: str) -> Callable[[int], None]:
         def op(i: int) -> None:
             source = spark.createDataFrame([(str(i % 2000), i)], "k STRING, v LONG")
-            (DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), "t.k = s.k")
-             .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+            (
+                DeltaTable.forPath(spark, path)
+                .alias("t")
+                .merge(source.alias("s"), "t.k = s.k")
+                .whenMatchedUpdateAll()
+                .whenNotMatchedInsertAll()
+                .execute()
+            )
+
         return op
 
     def append(i: int) -> None:
         spark.createDataFrame([(f"new-{i}", i)], "k STRING, v LONG").write.format("delta").mode(
-            "append").save(plain)
+            "append"
+        ).save(plain)
 
     operations: list[tuple[str, Callable[[int], None]]] = [
         ("trivial Spark job", lambda i: spark.range(10).collect()),
-        ("filtered read, collected", lambda i: spark.read.format("delta").load(plain)
-         .where(f"k = '{i}'").collect()),
+        (
+            "filtered read, collected",
+            lambda i: spark.read.format("delta").load(plain).where(f"k = '{i}'").collect(),
+        ),
         ("one-row append", append),
         ("one-row MERGE", merge(plain)),
         ("one-row MERGE, deletion vectors", merge(with_dv)),

@@ -25,18 +25,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from streamshift.events import encode_event
-from streamshift.generate import generate_day
-from streamshift.heartbeat import (
+from flows.trades.generate import generate_day
+from streamshift.core.heartbeat import (
     processed_events,
     progress_path,
     read_heartbeat,
     read_progress,
 )
-from streamshift.kafka import LocalBroker, ensure_topic, free_port, producer_config
-from streamshift.produce import produce_rows, read_rows
-from streamshift.registry import get_flow
-from streamshift.settings import load_settings
+from streamshift.core.processes import free_port
+from streamshift.core.registry import get_flow
+from streamshift.core.settings import load_settings
+from streamshift.local.broker import LocalBroker
+from streamshift.sources.events import encode_event
+from streamshift.sources.kafka import ensure_topic, producer_config
+from streamshift.sources.produce import produce_rows, read_rows
 
 DAY = dt.date(2026, 11, 20)
 SAMPLE_EVERY = 50
@@ -71,24 +73,42 @@ def main() -> int:
 
     work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
     base = load_settings()
-    broker = LocalBroker(work / "kafka", free_port(), free_port(), base.kafka_jars,
-                         base.jars_dir / "log4j2-kafka.properties")
+    broker = LocalBroker(
+        work / "kafka",
+        free_port(),
+        free_port(),
+        base.kafka_jars,
+        base.jars_dir / "log4j2-kafka.properties",
+    )
     broker.start()
     settings = load_settings(home=work / "home", kafka_bootstrap_servers=broker.bootstrap)
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
-    env.update(STREAMSHIFT_HOME=str(settings.home),
-               STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS=broker.bootstrap)
+    env.update(
+        STREAMSHIFT_HOME=str(settings.home), STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS=broker.bootstrap
+    )
     flow = get_flow("trades")
     n_events = int(args.rate * args.seconds)
     files = generate_day(DAY, n_events + 2000, work / "files", seed=7)
     rows = read_rows(files.eod, flow)
-    warmup, measured = rows[:2000], rows[2000:2000 + n_events]
+    warmup, measured = rows[:2000], rows[2000 : 2000 + n_events]
     topic = "trades"
     ensure_topic(settings, topic)
     log = open(work / "stream.log", "wb")  # noqa: SIM115 - closed with the job, below
     job = subprocess.Popen(
-        [sys.executable, "-m", "streamshift.cli", "stream", "--flow", "trades",
-         "--trigger", args.trigger], env=env, stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "streamshift.cli",
+            "stream",
+            "--flow",
+            "trades",
+            "--trigger",
+            args.trigger,
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         print("[bench] warming up the stream job with 2,000 events", flush=True)
         produce_rows(settings, flow, warmup, topic=topic, progress=False)
@@ -102,6 +122,7 @@ def main() -> int:
             def report(err, msg) -> None:  # type: ignore[no-untyped-def]
                 if err is None:
                     acked[i] = (msg.partition(), msg.offset())
+
             return report
 
         print(f"[bench] producing {n_events} events at {args.rate:.0f}/s", flush=True)
@@ -114,8 +135,9 @@ def main() -> int:
             sample = i % SAMPLE_EVERY == 0
             if sample:
                 sent_at[i] = time.time()
-            producer.produce(topic, key=key, value=value,
-                             on_delivery=on_delivery(i) if sample else None)
+            producer.produce(
+                topic, key=key, value=value, on_delivery=on_delivery(i) if sample else None
+            )
             producer.poll(0)
             if i and i % (int(args.rate) * 10) == 0:
                 beat = read_heartbeat(settings.home, "trades", "stream")
@@ -129,8 +151,11 @@ def main() -> int:
         log.close()
         broker.stop()
 
-    batches = [b for b in read_progress(progress_path(settings.home, "trades", "stream"))
-               if b.get("views_committed_at") and b.get("input_rows")]
+    batches = [
+        b
+        for b in read_progress(progress_path(settings.home, "trades", "stream"))
+        if b.get("views_committed_at") and b.get("input_rows")
+    ]
     latencies = []
     for i, (partition, offset) in acked.items():
         for b in batches:
@@ -142,16 +167,22 @@ def main() -> int:
     measured_batches = [b for b in batches if b["views_committed_at"] > min(sent_at.values())]
     sizes = [b["input_rows"] for b in measured_batches]
     durations = [b["duration_ms"] / 1000 for b in measured_batches]
-    print(f"\nproduced:     {n_events} events at {args.rate:.0f}/s for {args.seconds:.0f}s "
-          f"(trigger {args.trigger})")
+    print(
+        f"\nproduced:     {n_events} events at {args.rate:.0f}/s for {args.seconds:.0f}s "
+        f"(trigger {args.trigger})"
+    )
     print(f"sampled:      {len(latencies)} of {len(sent_at)} sampled events located in a batch")
-    print(f"batches:      {len(measured_batches)}, median {statistics.median(sizes):.0f} events, "
-          f"median duration {statistics.median(durations):.1f}s, max {max(durations):.1f}s")
+    print(
+        f"batches:      {len(measured_batches)}, median {statistics.median(sizes):.0f} events, "
+        f"median duration {statistics.median(durations):.1f}s, max {max(durations):.1f}s"
+    )
     steps: dict[str, list[float]] = {}
     for b in measured_batches:
         for step, seconds in (b.get("seconds_by_step") or {}).items():
             steps.setdefault(step, []).append(seconds)
-    print("median step:  " + ", ".join(f"{k} {statistics.median(v):.2f}s" for k, v in steps.items()))
+    print(
+        "median step:  " + ", ".join(f"{k} {statistics.median(v):.2f}s" for k, v in steps.items())
+    )
     print(f"latency p50:  {_percentile(latencies, 0.50):.2f} s (goal <= 1 s)")
     print(f"latency p95:  {_percentile(latencies, 0.95):.2f} s")
     print(f"latency p99:  {_percentile(latencies, 0.99):.2f} s (goal <= 3 s)")

@@ -22,13 +22,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from streamshift.generate import generate_day
-from streamshift.kafka import LocalBroker, ensure_topic, free_port
-from streamshift.produce import produce_rows, read_rows
-from streamshift.registry import get_flow
-from streamshift.settings import load_settings
+from flows.trades.generate import generate_day
+from streamshift.core.processes import free_port
+from streamshift.core.registry import get_flow
+from streamshift.core.settings import load_settings
+from streamshift.jobs.stream import run_stream
+from streamshift.local.broker import LocalBroker
+from streamshift.sources.kafka import ensure_topic
+from streamshift.sources.produce import produce_rows, read_rows
 from streamshift.spark import get_spark
-from streamshift.stream import run_stream
 
 DAY = dt.date(2026, 11, 20)
 
@@ -41,11 +43,16 @@ def raw_read(spark, settings, topic: str, checkpoint: Path) -> tuple[int, float]
 
     started = time.perf_counter()
     query = (
-        spark.readStream.format("kafka").options(**settings.spark_kafka_options())
-        .option("subscribe", topic).option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger)).load()
-        .writeStream.foreachBatch(count).option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True).start()
+        spark.readStream.format("kafka")
+        .options(**settings.spark_kafka_options())
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+        .load()
+        .writeStream.foreachBatch(count)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
     )
     query.awaitTermination()
     return counted[0], time.perf_counter() - started
@@ -57,8 +64,13 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
-    broker = LocalBroker(work / "kafka", free_port(), free_port(),
-                         load_settings().kafka_jars, load_settings().jars_dir / "log4j2-kafka.properties")
+    broker = LocalBroker(
+        work / "kafka",
+        free_port(),
+        free_port(),
+        load_settings().kafka_jars,
+        load_settings().jars_dir / "log4j2-kafka.properties",
+    )
     print(f"[bench] starting Kafka on {broker.bootstrap}", flush=True)
     broker.start()
     try:
@@ -75,8 +87,9 @@ def main() -> int:
 
         n_raw, raw_s = raw_read(spark, settings, topic, work / "raw-checkpoint")
         print(f"[bench] raw read: {n_raw} events in {raw_s:.1f}s", flush=True)
-        run = run_stream(spark, settings, flow, "stream", available_now=True, topic=topic,
-                         handle_signals=False)
+        run = run_stream(
+            spark, settings, flow, "stream", available_now=True, topic=topic, handle_signals=False
+        )
         pipe_s = run.seconds
         for batch_id, result in sorted(run.totals.last.items()):
             steps = ", ".join(f"{k} {v:.1f}s" for k, v in result.seconds_by_step.items())
@@ -84,11 +97,15 @@ def main() -> int:
         print(f"[bench] pipeline: {run.describe()}", flush=True)
 
         raw_rate, pipe_rate = n_raw / raw_s, run.totals.received / pipe_s
-        print(f"\nevents in the topic:        {len(rows)} ({settings.kafka_topic_partitions} partitions, "
-              f"maxOffsetsPerTrigger {settings.max_offsets_per_trigger})")
+        print(
+            f"\nevents in the topic:        {len(rows)} ({settings.kafka_topic_partitions} partitions, "
+            f"maxOffsetsPerTrigger {settings.max_offsets_per_trigger})"
+        )
         print(f"raw Kafka read (count):     {raw_rate:,.0f} events/s ({raw_s:.1f} s)")
-        print(f"full pipeline:              {pipe_rate:,.0f} events/s ({pipe_s:.1f} s, "
-              f"{run.totals.batches} batches)")
+        print(
+            f"full pipeline:              {pipe_rate:,.0f} events/s ({pipe_s:.1f} s, "
+            f"{run.totals.batches} batches)"
+        )
         print(f"ratio pipeline/raw:         {pipe_rate / raw_rate:.3f} (goal >= 0.5)")
         spark.stop()
     finally:

@@ -8,8 +8,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from streamshift.errors import StreamshiftError
-from streamshift.settings import describe, load_settings
+from streamshift.core.errors import StreamshiftError
+from streamshift.core.settings import describe, load_settings
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -27,7 +27,7 @@ def _cmd_settings(args: argparse.Namespace) -> int:
 
 
 def _cmd_kafka(args: argparse.Namespace) -> int:
-    from streamshift.kafka import LocalBroker
+    from streamshift.local.broker import LocalBroker
 
     broker = LocalBroker.from_settings(load_settings())
     if args.action == "start":
@@ -48,8 +48,30 @@ def _cmd_kafka(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_airflow(args: argparse.Namespace) -> int:
+    from streamshift.local.airflow import USER, LocalAirflow, password
+
+    settings = load_settings()
+    airflow = LocalAirflow(settings)
+    if args.action == "up":
+        status = airflow.up()
+        print(status.describe())
+        print(
+            f"UI: {airflow.url}  login: {USER} / {password(settings)}  "
+            f"(kept in {settings.airflow_home / 'passwords.json'})"
+        )
+        print("trigger the EOD run of a day: open DAG eod_trades, Trigger, set business_date")
+        return 0
+    if args.action == "down":
+        print("Airflow stopped" if airflow.down() else "Airflow was not running; nothing to stop")
+        return 0
+    status = airflow.status()
+    print(status.describe())
+    return 0 if status.up else 3
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from streamshift.demo import run_demo
+    from streamshift.local.demo import run_demo
 
     return run_demo(load_settings(), trades=args.trades)
 
@@ -61,99 +83,87 @@ def _date(text: str) -> dt.date:
         raise argparse.ArgumentTypeError(f"{text!r} is not a date; use YYYY-MM-DD") from None
 
 
-def _open_target(flow_name: str, layer: str):  # type: ignore[no-untyped-def]
-    from streamshift.registry import get_flow
-    from streamshift.spark import get_spark
-    from streamshift.writepath import Target
+def _spark(flow_name: str):  # type: ignore[no-untyped-def]
+    """(settings, spark, flow) for a command that needs Spark; says what Spark it runs on."""
+    from streamshift.core.registry import get_flow
+    from streamshift.spark import describe_session, get_spark
 
     settings = load_settings()
     flow = get_flow(flow_name)
-    print(f"starting Spark ({settings.spark_master}) ...", file=sys.stderr, flush=True)
+    print("starting Spark ...", file=sys.stderr, flush=True)
     spark = get_spark(settings, app_name=f"streamshift-{flow_name}")
-    return spark, Target.open(spark, settings, flow, layer)
+    print(describe_session(spark), file=sys.stderr, flush=True)
+    return settings, spark, flow
 
 
 def _cmd_eod(args: argparse.Namespace) -> int:
-    from streamshift.batch import run_eod
+    from streamshift.jobs.eod import run_eod
+    from streamshift.write.target import Target
 
     if not args.file.exists():
         raise UserError(f"EOD file {args.file} not found; pass the path of an existing CSV file")
-    spark, target = _open_target(args.flow, args.layer)
-    result = run_eod(spark, target, args.date, args.file, replace=args.replace)
+    settings, spark, flow = _spark(args.flow)
+    target = Target.open(spark, settings, flow, args.layer)
+    replace = args.replace or args.mode == "replace"
+    result = run_eod(spark, target, args.date, args.file, replace=replace)
     print(result.describe())
     return 0
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from streamshift.show import show
+    from streamshift.control.serving import serving_view_frame, show, view_frame
+    from streamshift.write.target import Target
 
+    settings, spark, flow = _spark(args.flow)
     if args.layer == "serving":
-        from streamshift.show import serving_view_frame
-
-        spark, target = _open_target(args.flow, "stream")
-        frame = serving_view_frame(spark, load_settings(), target.flow, args.view, args.date)
-        show(spark, target, args.view, args.date, args.format, args.limit, sys.stdout, frame)
-        return 0
-    spark, target = _open_target(args.flow, args.layer)
-    show(spark, target, args.view, args.date, args.format, args.limit, sys.stdout)
+        frame = serving_view_frame(spark, settings, flow, args.view, args.date)
+    else:
+        frame = view_frame(
+            spark, Target.open(spark, settings, flow, args.layer), args.view, args.date
+        )
+    show(frame, args.format, args.limit, sys.stdout)
     return 0
 
 
 def _cmd_reconcile(args: argparse.Namespace) -> int:
-    from streamshift.recon_jobs import reconcile_date
+    from streamshift.jobs.reconcile import run_reconcile
 
-    for path in (args.against, args.eod_file):
-        if path is not None and not path.exists():
-            raise UserError(f"file {path} not found")
-    spark, target = _open_target(args.flow, "stream")
-    settings = load_settings()
-    results = reconcile_date(spark, settings, target.flow, args.date,
-                             against=args.against, eod_file=args.eod_file,
-                             parity=not args.no_parity)
-    if args.correct:
-        from streamshift.recon_jobs import eod_correct
-        from streamshift.stages import current_stage
-
-        stage = current_stage(spark, settings, target.flow)
-        if args.eod_file is None or stage not in ("stream", "kappa"):
-            raise UserError(f"--correct applies the EOD file (--eod-file) to the stream layer "
-                            f"in stage stream or kappa; {target.flow.name} is in stage {stage}")
-        for result in results:
-            print(f"before correction: {result.describe()}")
-        applied = eod_correct(spark, settings, target.flow, args.date, args.eod_file)
-        print(f"EOD correction: {applied.describe()}")
-        results = reconcile_date(spark, settings, target.flow, args.date, against=args.against,
-                                 eod_file=args.eod_file, parity=not args.no_parity)
-    for result in results:
-        print(result.describe())
-        for b in result.worst[:5]:
-            print(f"    {b['kind']:15} {b['key']} {b['column'] or ''} "
-                  f"{b['left_value']} → {b['right_value']}")
-    breaks = sum(r.breaks for r in results)
-    print(f"run {results[0].run_id if results else '-'}: {breaks} breaks in {len(results)} "
-          "reconciliations (details in recon_breaks)")
-    return 1 if args.fail_on_breaks and breaks else 0
+    settings, spark, flow = _spark(args.flow)
+    run = run_reconcile(
+        spark,
+        settings,
+        flow,
+        args.date,
+        against=args.against,
+        eod_file=args.eod_file,
+        parity=not args.no_parity,
+        correct=args.correct,
+    )
+    print(run.describe())
+    return 1 if args.fail_on_breaks and run.breaks else 0
 
 
 def _cmd_stage(args: argparse.Namespace) -> int:
-    from streamshift.stages import current_stage, promotion_evidence, stage_history
+    from streamshift.control.stages import current_stage, promotion_evidence, stage_history
 
-    spark, target = _open_target(args.flow, "stream")
-    settings = load_settings()
-    flow = target.flow
+    settings, spark, flow = _spark(args.flow)
     print(f"{flow.name}: stage {current_stage(spark, settings, flow)}")
     evidence = promotion_evidence(spark, settings, flow)
     print(f"promotion evidence (last {evidence.window} reconciled dates, stream vs batch):")
     for d in evidence.dates:
-        print(f"    {d['business_date']}  {'clean' if d['clean'] else str(d['breaks']) + ' breaks'}"
-              f"  (run {d['run_id']})")
+        print(
+            f"    {d['business_date']}  {'clean' if d['clean'] else str(d['breaks']) + ' breaks'}"
+            f"  (run {d['run_id']})"
+        )
     for problem in evidence.problems():
         print(f"    not enough: {problem}")
     print("stage history:")
     for change in stage_history(spark, settings, flow):
         forced = f" FORCED ({change['reason']})" if change["forced"] else ""
-        print(f"    {change['changed_at']}  {change['from_stage']} → {change['to_stage']}  "
-              f"by {change['changed_by']}{forced}")
+        print(
+            f"    {change['changed_at']}  {change['from_stage']} → {change['to_stage']}  "
+            f"by {change['changed_by']}{forced}"
+        )
     return 0
 
 
@@ -162,45 +172,45 @@ def _timestamp(text: str) -> dt.datetime:
         value = dt.datetime.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a timestamp; use ISO 8601, e.g. 2026-11-20T08:00:00Z") from None
+            f"{text!r} is not a timestamp; use ISO 8601, e.g. 2026-11-20T08:00:00Z"
+        ) from None
     return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from streamshift.replay import replay
+    from streamshift.jobs.replay import replay
 
-    spark, target = _open_target(args.flow, args.into)
-    result = replay(spark, load_settings(), target.flow, getattr(args, "from"), args.to,
-                    args.into, topic=args.topic)
+    settings, spark, flow = _spark(args.flow)
+    result = replay(
+        spark, settings, flow, getattr(args, "from"), args.to, args.into, topic=args.topic
+    )
     print(result.describe())
     return 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from streamshift.report import write_report
+    from streamshift.control.report import write_report
 
-    spark, target = _open_target(args.flow, "stream")
-    html_path, json_path = write_report(spark, load_settings(), target.flow, args.date)
+    settings, spark, flow = _spark(args.flow)
+    html_path, json_path = write_report(spark, settings, flow, args.date)
     print(f"report: {html_path}")
     print(f"summary for machines: {json_path}")
     return 0
 
 
 def _cmd_promote(args: argparse.Namespace) -> int:
-    from streamshift.stages import promote
+    from streamshift.control.stages import promote
 
-    spark, target = _open_target(args.flow, "stream")
-    change = promote(spark, load_settings(), target.flow, args.to, force=args.force,
-                     reason=args.reason)
+    settings, spark, flow = _spark(args.flow)
+    change = promote(spark, settings, flow, args.to, force=args.force, reason=args.reason)
     print(change.describe())
     return 0
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from streamshift.generate import generate_day
+    from streamshift.core.registry import get_generator
 
-    if args.flow != "trades":
-        raise UserError(f"the generator knows the trades flow only, not {args.flow!r}")
+    generate_day = get_generator(args.flow)
     if args.trades < 1:
         raise UserError("--trades must be 1 or more")
     files = generate_day(args.date, args.trades, args.out, seed=args.seed)
@@ -210,15 +220,16 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _cmd_produce(args: argparse.Namespace) -> int:
-    from streamshift.produce import produce_file
-    from streamshift.registry import get_flow
+    from streamshift.core.registry import get_flow
+    from streamshift.sources.produce import produce_file
 
     if not args.file.exists():
         raise UserError(f"file {args.file} not found; pass an EOD-format CSV file")
     if args.rate < 0:
         raise UserError("--rate must be 0 (as fast as possible) or more events per second")
-    result = produce_file(load_settings(), get_flow(args.flow), args.file, topic=args.topic,
-                          rate=args.rate)
+    result = produce_file(
+        load_settings(), get_flow(args.flow), args.file, topic=args.topic, rate=args.rate
+    )
     print(result.describe())
     return 1 if result.failed else 0
 
@@ -236,21 +247,29 @@ def _trigger(text: str) -> str:
 
 
 def _cmd_stream(args: argparse.Namespace) -> int:
-    from streamshift.stream import run_stream
+    from streamshift.jobs.stream import run_stream
 
-    spark, target = _open_target(args.flow, args.layer)
-    run = run_stream(spark, load_settings(), target.flow, args.layer, trigger=args.trigger,
-                     available_now=args.available_now, topic=args.topic)
+    settings, spark, flow = _spark(args.flow)
+    run = run_stream(
+        spark,
+        settings,
+        flow,
+        args.layer,
+        trigger=args.trigger,
+        available_now=args.available_now,
+        topic=args.topic,
+    )
     print(run.describe())
     return 0
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from streamshift.heartbeat import read_status
+    from streamshift.core.heartbeat import read_status
 
     settings = load_settings()
-    statuses = [s for s in read_status(settings.home, settings)
-                if args.flow is None or s.flow == args.flow]
+    statuses = [
+        s for s in read_status(settings.home, settings) if args.flow is None or s.flow == args.flow
+    ]
     if not statuses:
         print("no streaming job has run here yet (start one with `streamshift stream --flow F`)")
         return 3
@@ -294,6 +313,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_cmd_kafka)
 
     p = sub.add_parser(
+        "airflow",
+        help="run the embedded Airflow 3 (API server + UI, scheduler, DAG processor, triggerer)",
+        description="up: start the local Airflow (SQLite, LocalExecutor) under "
+        "STREAMSHIFT_HOME/airflow with the repo's dags/ and plugins/, wait until its API answers, "
+        "print the UI address and the admin login (password generated once, kept under the "
+        "Airflow home). down: stop it. status: exit 0 when every component runs and the API "
+        "answers, 3 otherwise. The port is STREAMSHIFT_AIRFLOW_PORT.",
+    )
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.set_defaults(handler=_cmd_airflow)
+
+    p = sub.add_parser(
         "demo",
         help="run the demo on the embedded local stack",
         description="Generate a trading day, load it through the write path, apply "
@@ -315,6 +346,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--date", required=True, type=_date, help="business date YYYY-MM-DD")
     p.add_argument("--file", required=True, type=Path)
     p.add_argument("--replace", action="store_true", help="the file is the whole day")
+    p.add_argument(
+        "--mode",
+        choices=["delta", "replace"],
+        help="the same as a flag: delta (default) or replace (the same as --replace)",
+    )
     p.add_argument("--layer", choices=["batch", "stream"], default="batch")
     p.set_defaults(handler=_cmd_eod)
 
@@ -327,8 +363,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--flow", required=True)
     p.add_argument("--view", required=True, help="a view name, current, quarantine, late_events")
     p.add_argument("--date", type=_date, help="business date YYYY-MM-DD (default: all)")
-    p.add_argument("--layer", choices=["batch", "stream", "serving"], default="batch",
-                   help="serving: what readers get in the flow's migration stage")
+    p.add_argument(
+        "--layer",
+        choices=["batch", "stream", "serving"],
+        default="batch",
+        help="serving: what readers get in the flow's migration stage",
+    )
     p.add_argument("--format", choices=["table", "csv"], default="table")
     p.add_argument("--limit", type=int, default=0, help="at most this many rows (0: all)")
     p.set_defaults(handler=_cmd_show)
@@ -355,8 +395,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--flow", required=True)
     p.add_argument("--file", required=True, type=Path)
-    p.add_argument("--rate", type=float, default=0.0,
-                   help="events per second (default 0: as fast as possible)")
+    p.add_argument(
+        "--rate", type=float, default=0.0, help="events per second (default 0: as fast as possible)"
+    )
     p.add_argument("--topic", help="topic (default: the flow's name)")
     p.set_defaults(handler=_cmd_produce)
 
@@ -371,10 +412,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--flow", required=True)
     p.add_argument("--layer", choices=["batch", "stream"], default="stream")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--trigger", default="1 seconds", type=_trigger,
-                      help="micro-batch interval, e.g. 1s, 500ms, 2m (default 1s)")
-    mode.add_argument("--available-now", action="store_true",
-                      help="process what the topic holds now, then stop")
+    mode.add_argument(
+        "--trigger",
+        default="1 seconds",
+        type=_trigger,
+        help="micro-batch interval, e.g. 1s, 500ms, 2m (default 1s)",
+    )
+    mode.add_argument(
+        "--available-now", action="store_true", help="process what the topic holds now, then stop"
+    )
     p.add_argument("--topic", help="topic (default: the flow's name)")
     p.set_defaults(handler=_cmd_stream)
 
@@ -401,9 +447,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eod-file", type=Path, help="the day's EOD trades file")
     p.add_argument("--no-parity", action="store_true", help="skip stream vs batch")
     p.add_argument("--fail-on-breaks", action="store_true")
-    p.add_argument("--correct", action="store_true",
-                   help="stage stream/kappa: apply the EOD file's differences to the stream "
-                   "layer (source eod_correction), then reconcile again")
+    p.add_argument(
+        "--correct",
+        action="store_true",
+        help="stage stream/kappa: apply the EOD file's differences to the stream "
+        "layer (source eod_correction), then reconcile again",
+    )
     p.set_defaults(handler=_cmd_reconcile)
 
     p = sub.add_parser("stage", help="show a flow's migration stage, evidence and history")

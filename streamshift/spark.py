@@ -1,12 +1,24 @@
-"""One builder for every SparkSession streamshift starts: tests, CLI, batch and streaming jobs."""
+"""One builder for every SparkSession streamshift starts, with two named profiles.
+
+* ``local`` (the CLI, tests, demo): master from settings (``local[*]``), the fetched jars,
+  loopback binding, small-machine tuning;
+* ``submitted`` (under ``spark-submit``, and so Airflow's ``SparkSubmitOperator``): master,
+  deploy mode, jars and resources come from spark-submit and its connection; the code adds
+  only what every deployment needs (Delta's extensions, UTC).
+
+The profile is chosen by data, not by branches in job code: ``PROFILES[name](settings)``.
+Under spark-submit the Python driver is started by the JVM, which hands it the gateway in
+``PYSPARK_GATEWAY_PORT``; that is how :func:`active_profile` knows.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from streamshift.errors import StreamshiftError
-from streamshift.settings import Settings, load_settings
+from streamshift.core.errors import StreamshiftError
+from streamshift.core.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -16,22 +28,45 @@ class MissingJarsError(StreamshiftError):
     """The connector/Delta jars have not been fetched (scripts/setup does it)."""
 
 
-def spark_conf(settings: Settings, app_name: str = "streamshift") -> dict[str, str]:
-    """The full Spark configuration for ``settings``; also what spark-submit receives."""
-    jars = settings.spark_jars
-    if not jars:
+def jars(settings: Settings) -> list[str]:
+    """Spark's Kafka connector and Delta jars fetched by scripts/setup."""
+    found = settings.spark_jars
+    if not found:
         raise MissingJarsError(
             f"no jars in {settings.jars_dir / 'spark' / 'lib'}: run scripts/setup to fetch "
             "Spark's Kafka connector and Delta Lake from Maven Central"
         )
+    return [str(j) for j in found]
+
+
+def deployment_conf(settings: Settings) -> dict[str, str]:
+    """What every deployment needs, local or on a cluster."""
+    return {
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+    }
+
+
+def submit_conf(settings: Settings) -> dict[str, str]:
+    """``--conf`` values a submission carries besides master and jars (JVM in UTC, quiet logs)."""
     log4j = settings.jars_dir / "log4j2-spark.properties"
     java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Duser.timezone=UTC"
     return {
+        **deployment_conf(settings),
+        "spark.driver.extraJavaOptions": java_opts,
+        "spark.executor.extraJavaOptions": java_opts,
+    }
+
+
+def local_conf(settings: Settings, app_name: str = "streamshift") -> dict[str, str]:
+    """The ``local`` profile: the whole configuration of a one-machine Spark."""
+    return {
         "spark.app.name": app_name,
         "spark.master": settings.spark_master,
-        "spark.jars": ",".join(str(j) for j in jars),
-        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.jars": ",".join(jars(settings)),
+        **submit_conf(settings),
         "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
         "spark.default.parallelism": str(settings.spark_shuffle_partitions),
         "spark.driver.memory": settings.spark_driver_memory,
@@ -39,36 +74,57 @@ def spark_conf(settings: Settings, app_name: str = "streamshift") -> dict[str, s
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.ui.enabled": str(settings.spark_ui).lower(),
         "spark.ui.showConsoleProgress": "false",
-        "spark.sql.session.timeZone": "UTC",
-        "spark.driver.extraJavaOptions": java_opts,
-        "spark.executor.extraJavaOptions": java_opts,
         "spark.sql.warehouse.dir": str(settings.warehouse / "_spark"),
         # Small local tables: skip the work Delta does for huge ones.
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.databricks.delta.merge.repartitionBeforeWrite.enabled": "true",
         "spark.sql.adaptive.enabled": "true",
-        "spark.sql.streaming.stopGracefullyOnShutdown": "true",
     }
 
 
-def get_spark(settings: Settings | None = None, app_name: str = "streamshift") -> SparkSession:
-    """Get or create the SparkSession configured from ``settings``."""
+def submitted_conf(settings: Settings, app_name: str = "streamshift") -> dict[str, str]:
+    """The ``submitted`` profile: nothing spark-submit decides (master, jars, resources)."""
+    return deployment_conf(settings)
+
+
+PROFILES: dict[str, Callable[[Settings, str], dict[str, str]]] = {
+    "local": local_conf,
+    "submitted": submitted_conf,
+}
+
+
+def active_profile() -> str:
+    """``submitted`` inside a spark-submit driver, ``local`` otherwise."""
+    return "submitted" if os.environ.get("PYSPARK_GATEWAY_PORT") else "local"
+
+
+def get_spark(
+    settings: Settings | None = None, app_name: str = "streamshift", profile: str | None = None
+) -> SparkSession:
+    """Get or create the SparkSession of ``profile`` (default: :func:`active_profile`)."""
     from pyspark.sql import SparkSession
 
     settings = settings or load_settings()
-    # Bind everything to loopback; without it Spark picks the first non-loopback interface.
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    profile = profile or active_profile()
+    if profile == "local":
+        # Bind everything to loopback; without it Spark picks the first non-loopback interface.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder
-    for key, value in spark_conf(settings, app_name).items():
+    for key, value in PROFILES[profile](settings, app_name).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
 
 
+def describe_session(spark: SparkSession, profile: str | None = None) -> str:
+    """'Spark local[1] (submitted profile)': what a job runs on, for its log."""
+    return f"Spark {spark.sparkContext.master} ({profile or active_profile()} profile)"
+
+
 def submit_args(settings: Settings) -> list[str]:
-    """spark-submit arguments that load the same jars and configuration."""
-    conf = spark_conf(settings)
+    """spark-submit arguments of the local deployment: master, jars and the local tuning."""
+    conf = local_conf(settings)
     args = ["--master", conf.pop("spark.master"), "--jars", conf.pop("spark.jars")]
     conf.pop("spark.app.name")
     for key, value in conf.items():

@@ -21,7 +21,14 @@ def cli_env(home: Path, **settings: str) -> dict[str, str]:
     return env
 
 
-def run_cli(home: Path, *args: str, timeout: float = 600,
-            **settings: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], env=cli_env(home, **settings), capture_output=True,
-                          text=True, timeout=timeout, check=False)
+def run_cli(
+    home: Path, *args: str, timeout: float = 600, **settings: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args],
+        env=cli_env(home, **settings),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

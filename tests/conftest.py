@@ -12,7 +12,7 @@ import pytest
 for _name in [n for n in os.environ if n.startswith("STREAMSHIFT_") and n != "STREAMSHIFT_PYTHON"]:
     del os.environ[_name]
 
-from streamshift.settings import Settings, load_settings
+from streamshift.core.settings import Settings, load_settings
 
 
 @pytest.fixture(scope="session")
@@ -22,8 +22,7 @@ def session_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def settings(session_home: Path) -> Settings:
-    return load_settings({}, home=session_home, spark_master="local[2]",
-                         spark_shuffle_partitions=2)
+    return load_settings({}, home=session_home, spark_master="local[2]", spark_shuffle_partitions=2)
 
 
 @pytest.fixture(scope="session")
@@ -38,7 +37,8 @@ def spark(settings: Settings):  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory, settings: Settings) -> Iterator[str]:
     """A real single-node KRaft broker on a free 127.0.0.1 port; yields its bootstrap."""
-    from streamshift.kafka import LocalBroker, free_port
+    from streamshift.core.processes import free_port
+    from streamshift.local.broker import LocalBroker
 
     broker = LocalBroker(
         data_dir=tmp_path_factory.mktemp("kafka"),

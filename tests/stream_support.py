@@ -12,16 +12,12 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from flows.trades import FLOW
-from streamshift.generate import DayFiles
-from streamshift.produce import read_rows
-from streamshift.settings import Settings
-from streamshift.tables import read
-from streamshift.writepath import (
-    FAILED,
-    IS_DELETED,
-    SOURCE,
-    SOURCE_REF,
-    Target,
+from flows.trades.generate import DayFiles
+from streamshift.core.contract import FAILED, IS_DELETED, SOURCE, SOURCE_REF
+from streamshift.core.settings import Settings
+from streamshift.sources.produce import read_rows
+from streamshift.write.target import Target, read
+from streamshift.write.transforms import (
     checked_changes,
     distinct_versions,
     latest_per_key,
@@ -70,11 +66,19 @@ def oracle(spark, rows: list[dict[str, str]], reference) -> dict[str, Any]:  # t
     return {
         "current": sorted((tuple(r) for r in latest.select(*state_columns).collect()), key=repr),
         "history": sorted(
-            (tuple(r) for r in distinct_versions(FLOW, accepted).select("trade_id", "version")
-             .collect()), key=repr),
+            (
+                tuple(r)
+                for r in distinct_versions(FLOW, accepted).select("trade_id", "version").collect()
+            ),
+            key=repr,
+        ),
         "positions": sorted(
-            (tuple(r) for r in FLOW.view("positions").compute(latest.where(f"NOT {IS_DELETED}"))
-             .collect()), key=repr),
+            (
+                tuple(r)
+                for r in FLOW.view("positions").compute(latest.where(f"NOT {IS_DELETED}")).collect()
+            ),
+            key=repr,
+        ),
         "rejected": checked.where(f"size({FAILED}) > 0").count(),
         "state_columns": state_columns,
     }
@@ -85,9 +89,13 @@ def state(spark, target: Target, state_columns: list[str]) -> dict[str, Any]:  #
     t = target.tables
     history = read(spark, t.history)
     return {
-        "current": sorted((tuple(r) for r in read(spark, t.current).select(*state_columns).collect()),
-                          key=repr),
-        "history": sorted((tuple(r) for r in history.select("trade_id", "version").collect()),
-                          key=repr),
-        "positions": sorted((tuple(r) for r in read(spark, t.view("positions")).collect()), key=repr),
+        "current": sorted(
+            (tuple(r) for r in read(spark, t.current).select(*state_columns).collect()), key=repr
+        ),
+        "history": sorted(
+            (tuple(r) for r in history.select("trade_id", "version").collect()), key=repr
+        ),
+        "positions": sorted(
+            (tuple(r) for r in read(spark, t.view("positions")).collect()), key=repr
+        ),
     }

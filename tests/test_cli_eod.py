@@ -22,8 +22,20 @@ def _run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_generate_load_show_and_a_bad_file(tmp_path: Path) -> None:
     out = tmp_path / "files"
-    gen = _run(tmp_path, "generate", "--flow", "trades", "--date", DAY, "--trades", "200",
-               "--out", str(out), "--seed", "9")
+    gen = _run(
+        tmp_path,
+        "generate",
+        "--flow",
+        "trades",
+        "--date",
+        DAY,
+        "--trades",
+        "200",
+        "--out",
+        str(out),
+        "--seed",
+        "9",
+    )
     assert gen.returncode == 0, gen.stderr
     assert "100%" in gen.stderr  # progress is shown
     eod_file = out / f"trades_eod_{DAY}.csv"
@@ -32,8 +44,18 @@ def test_generate_load_show_and_a_bad_file(tmp_path: Path) -> None:
     assert load.returncode == 0, load.stderr
     assert "200 rows: 200 accepted, 0 quarantined" in load.stdout
 
-    shown = _run(tmp_path, "show", "--flow", "trades", "--view", "positions", "--date", DAY,
-                 "--format", "csv")
+    shown = _run(
+        tmp_path,
+        "show",
+        "--flow",
+        "trades",
+        "--view",
+        "positions",
+        "--date",
+        DAY,
+        "--format",
+        "csv",
+    )
     assert shown.returncode == 0, shown.stderr
     rows = list(csv.DictReader(io.StringIO(shown.stdout)))
     assert sum(int(r["trade_count"]) for r in rows) == 200
@@ -67,6 +89,7 @@ def test_every_command_has_help() -> None:
     commands = list(sub.choices)
     assert {"eod", "show", "generate", "produce", "stream", "status", "demo"} <= set(commands)
     for command in commands:
-        result = subprocess.run([*CLI, command, "--help"], capture_output=True, text=True,
-                                timeout=60, check=False)
+        result = subprocess.run(
+            [*CLI, command, "--help"], capture_output=True, text=True, timeout=60, check=False
+        )
         assert result.returncode == 0 and "usage: streamshift" in result.stdout, command

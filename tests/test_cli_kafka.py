@@ -7,15 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from streamshift.kafka import free_port
+from streamshift.core.processes import free_port
 from tests.cli_support import run_cli
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
 def _run(home: Path, port: int, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_cli(home, *args, timeout=180, kafka_bootstrap_servers=f"127.0.0.1:{port}",
-                   kafka_controller_port=str(free_port()))
+    return run_cli(
+        home,
+        *args,
+        timeout=180,
+        kafka_bootstrap_servers=f"127.0.0.1:{port}",
+        kafka_controller_port=str(free_port()),
+    )
 
 
 def test_start_status_stop_like_a_user(tmp_path: Path) -> None:

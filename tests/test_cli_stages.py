@@ -16,7 +16,9 @@ def _run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return run_cli(home, *args, promotion_window="2", **LOCAL_SPARK)
 
 
-def test_promote_is_gated_and_recorded_and_reconcile_fails_on_breaks_when_asked(tmp_path: Path) -> None:
+def test_promote_is_gated_and_recorded_and_reconcile_fails_on_breaks_when_asked(
+    tmp_path: Path,
+) -> None:
     shadow = _run(tmp_path, "promote", "--flow", "trades", "--to", "shadow")
     assert shadow.returncode == 0, shadow.stderr
     assert "trades: batch → shadow" in shadow.stdout
@@ -30,17 +32,34 @@ def test_promote_is_gated_and_recorded_and_reconcile_fails_on_breaks_when_asked(
     eod = tmp_path / "eod.csv"
     eod.write_text(
         "trade_id,version,event_type,business_date,trade_ts,book,instrument,side,quantity,price,currency\n"
-        "T1,1,NEW,2026-11-20,2026-11-20T10:00:00Z,EQ-US-FLOW,AAPL,BUY,100,10.5,USD\n")
-    assert _run(tmp_path, "eod", "--flow", "trades", "--date", "2026-11-20", "--file",
-                str(eod)).returncode == 0
-    recon = _run(tmp_path, "reconcile", "--flow", "trades", "--date", "2026-11-20",
-                 "--fail-on-breaks")
+        "T1,1,NEW,2026-11-20,2026-11-20T10:00:00Z,EQ-US-FLOW,AAPL,BUY,100,10.5,USD\n"
+    )
+    assert (
+        _run(
+            tmp_path, "eod", "--flow", "trades", "--date", "2026-11-20", "--file", str(eod)
+        ).returncode
+        == 0
+    )
+    recon = _run(
+        tmp_path, "reconcile", "--flow", "trades", "--date", "2026-11-20", "--fail-on-breaks"
+    )
     assert recon.returncode == 1, recon.stderr
-    assert "parity 2026-11-20: batch (1 rows) vs stream (0 rows): 1 breaks (1 missing_right)" \
+    assert (
+        "parity 2026-11-20: batch (1 rows) vs stream (0 rows): 1 breaks (1 missing_right)"
         in recon.stdout
+    )
 
-    forced = _run(tmp_path, "promote", "--flow", "trades", "--to", "stream", "--force",
-                  "--reason", "pilot desk")
+    forced = _run(
+        tmp_path,
+        "promote",
+        "--flow",
+        "trades",
+        "--to",
+        "stream",
+        "--force",
+        "--reason",
+        "pilot desk",
+    )
     assert forced.returncode == 0 and "FORCED: pilot desk" in forced.stdout
     stage = _run(tmp_path, "stage", "--flow", "trades")
     assert "trades: stage stream" in stage.stdout

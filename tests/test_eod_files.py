@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from flows.trades import FLOW
-from streamshift.batch import run_eod
-from streamshift.eodfile import BadFileError
-from streamshift.generate import TradingDay, generate_day
-from streamshift.tables import LayerTables, read
-from streamshift.writepath import Target
+from flows.trades.generate import TradingDay, generate_day
+from streamshift.core.catalog import LayerTables
+from streamshift.jobs.eod import run_eod
+from streamshift.sources.eodfile import BadFileError
+from streamshift.write.target import Target, read
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -23,15 +23,19 @@ GOOD = "T1,1,NEW,2026-11-20,2026-11-20T10:00:00Z,EQ-US-FLOW,AAPL,BUY,100,10.5,US
 
 
 def _target(spark, root: Path) -> Target:  # type: ignore[no-untyped-def]
-    from streamshift.reference import load_reference
+    from streamshift.write.target import load_reference
 
     return Target(spark, FLOW, LayerTables(root, FLOW, "batch"), load_reference(spark, FLOW))
 
 
 def _snapshot(spark, t: Target) -> dict[str, list[tuple]]:  # type: ignore[no-untyped-def]
-    paths = {"current": t.tables.current, "history": t.tables.history,
-             "positions": t.tables.view("positions"), "quarantine": t.tables.quarantine,
-             "late_events": t.tables.late_events}
+    paths = {
+        "current": t.tables.current,
+        "history": t.tables.history,
+        "positions": t.tables.view("positions"),
+        "quarantine": t.tables.quarantine,
+        "late_events": t.tables.late_events,
+    }
     drop = {"_applied_at", "quarantined_at", "arrived_at", "batch_id"}
     out = {}
     for name, path in paths.items():
@@ -48,15 +52,23 @@ def day_files(tmp_path_factory):  # type: ignore[no-untyped-def]
 
 BAD_FILES = {
     "empty": ("", None, "empty file"),
-    "wrong_delimiter": (HEADER.replace(",", ";") + "\n" + GOOD.replace(",", ";") + "\n", 1,
-                        "wrong delimiter"),
-    "missing_columns": (HEADER.replace(",price", "") + "\n" + GOOD + "\n", 1,
-                        "missing columns price"),
+    "wrong_delimiter": (
+        HEADER.replace(",", ";") + "\n" + GOOD.replace(",", ";") + "\n",
+        1,
+        "wrong delimiter",
+    ),
+    "missing_columns": (
+        HEADER.replace(",price", "") + "\n" + GOOD + "\n",
+        1,
+        "missing columns price",
+    ),
     "truncated": (HEADER + "\n" + GOOD + "\n" + GOOD[:30], 3, "truncated last line"),
 }
 
 
-def test_bad_files_fail_with_line_and_problem_and_change_nothing(spark, tmp_path, day_files) -> None:  # type: ignore[no-untyped-def]
+def test_bad_files_fail_with_line_and_problem_and_change_nothing(
+    spark, tmp_path, day_files
+) -> None:  # type: ignore[no-untyped-def]
     target = _target(spark, tmp_path / "wh")
     run_eod(spark, target, DAY, day_files.eod)
     before = _snapshot(spark, target)
@@ -82,7 +94,10 @@ def test_day_load_corrections_poison_replacement_and_replay(spark, tmp_path, day
     poison = run_eod(spark, target, DAY, day_files.poison)
     expected_rules = TradingDay(DAY, 5).expected_poison_rules()
     assert poison.apply.accepted == 0
-    got = {(r.source_ref.rsplit(":", 1)[1], r.rule) for r in read(spark, target.tables.quarantine).collect()}
+    got = {
+        (r.source_ref.rsplit(":", 1)[1], r.rule)
+        for r in read(spark, target.tables.quarantine).collect()
+    }
     assert got == {(str(n + 2), rule) for n, rule in enumerate(expected_rules)}
 
     fixes = run_eod(spark, target, DAY, day_files.corrections)
@@ -99,8 +114,11 @@ def test_day_load_corrections_poison_replacement_and_replay(spark, tmp_path, day
 
     replaced = run_eod(spark, target, DAY, day_files.replacement, replace=True)
     file_ids = {line.split(",")[0] for line in day_files.replacement.read_text().splitlines()[1:]}
-    live_today = {r.trade_id for r in read(spark, target.tables.current).collect()
-                  if not r.is_deleted and r.business_date == DAY}
+    live_today = {
+        r.trade_id
+        for r in read(spark, target.tables.current).collect()
+        if not r.is_deleted and r.business_date == DAY
+    }
     assert live_today == file_ids
     assert replaced.cancelled > 0
     cancels = read(spark, target.tables.history).where("_source = 'replacement'").count()
@@ -124,18 +142,24 @@ def test_files_out_of_order_end_in_the_same_state(spark, tmp_path, day_files) ->
 def test_back_dated_rows_for_a_closed_date_are_recorded_late(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
     target = _target(spark, tmp_path / "wh")
     d19 = tmp_path / "d19.csv"
-    d19.write_text(HEADER + "\n" + GOOD.replace("2026-11-20", "2026-11-19").replace("T1", "T0") + "\n")
+    d19.write_text(
+        HEADER + "\n" + GOOD.replace("2026-11-20", "2026-11-19").replace("T1", "T0") + "\n"
+    )
     run_eod(spark, target, dt.date(2026, 11, 19), d19)
     d20 = tmp_path / "d20.csv"
     late_row = GOOD.replace("2026-11-20", "2026-11-19").replace("T1,", "T9,")
     d20.write_text(HEADER + "\n" + GOOD + "\n" + late_row + "\n")
     result = run_eod(spark, target, DAY, d20)
     assert result.apply.late == 1
-    late = [(str(r.business_date), r.key, r.version, r.source)
-            for r in read(spark, target.tables.late_events).collect()]
+    late = [
+        (str(r.business_date), r.key, r.version, r.source)
+        for r in read(spark, target.tables.late_events).collect()
+    ]
     assert late == [("2026-11-19", "T9", 1, "eod")]
-    positions = {(str(r.business_date), r.trade_count)
-                 for r in read(spark, target.tables.view("positions")).collect()}
+    positions = {
+        (str(r.business_date), r.trade_count)
+        for r in read(spark, target.tables.view("positions")).collect()
+    }
     assert positions == {("2026-11-19", 2), ("2026-11-20", 1)}
 
 
@@ -143,7 +167,9 @@ def _assert_positions_match_full_recompute(spark, target: Target) -> None:  # ty
     from tests.dataframes import assert_same_rows
 
     live = read(spark, target.tables.current).where("NOT is_deleted")
-    assert_same_rows(read(spark, target.tables.view("positions")), FLOW.view("positions").compute(live))
+    assert_same_rows(
+        read(spark, target.tables.view("positions")), FLOW.view("positions").compute(live)
+    )
 
 
 def test_positions_equal_full_recompute_after_random_load_sequences(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -152,8 +178,12 @@ def test_positions_equal_full_recompute_after_random_load_sequences(spark, tmp_p
     files = []
     for n, day in enumerate((dt.date(2026, 11, 19), DAY)):
         f = generate_day(day, 120, tmp_path / f"d{n}", seed=n + 2, progress=False)
-        files += [(day, f.eod, False), (day, f.corrections, False), (day, f.late, False),
-                  (day, f.replacement, True)]
+        files += [
+            (day, f.eod, False),
+            (day, f.corrections, False),
+            (day, f.late, False),
+            (day, f.replacement, True),
+        ]
     for trial in range(2):
         target = _target(spark, tmp_path / f"wh{trial}")
         sequence = rng.sample(files, k=5)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from streamshift.kafka import ensure_topic, producer_config
-from streamshift.settings import Settings
+from streamshift.core.settings import Settings
+from streamshift.sources.kafka import ensure_topic, producer_config
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -30,8 +30,9 @@ def _produce(settings: Settings, topic: str, events: list[dict[str, object]]) ->
             failures.append(str(err))
 
     for event in events:
-        producer.produce(topic, key=str(event["id"]), value=json.dumps(event),
-                         on_delivery=on_delivery)
+        producer.produce(
+            topic, key=str(event["id"]), value=json.dumps(event), on_delivery=on_delivery
+        )
         producer.poll(0)
     assert producer.flush(60) == 0
     assert failures == []
@@ -53,8 +54,9 @@ def topic(kafka_settings: Settings) -> str:
     return name
 
 
-def test_batch_read_from_kafka_into_delta(spark, kafka_settings: Settings, topic: str,
-                                          tmp_path: Path) -> None:
+def test_batch_read_from_kafka_into_delta(
+    spark, kafka_settings: Settings, topic: str, tmp_path: Path
+) -> None:
     raw = (
         spark.read.format("kafka")
         .options(**kafka_settings.spark_kafka_options())
@@ -85,7 +87,8 @@ def test_available_now_stream_twice_adds_nothing_the_second_time(
             .load()
         )
         query = (
-            _decoded(stream).writeStream.format("delta")
+            _decoded(stream)
+            .writeStream.format("delta")
             .option("checkpointLocation", checkpoint)
             .trigger(availableNow=True)
             .start(path)
@@ -97,9 +100,13 @@ def test_available_now_stream_twice_adds_nothing_the_second_time(
     first = spark.read.format("delta").load(path)
     assert first.count() == N_EVENTS
     assert first.select("id").distinct().count() == N_EVENTS
-    version_after_first = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").agg({"version": "max"}).first()[0]
+    version_after_first = (
+        spark.sql(f"DESCRIBE HISTORY delta.`{path}`").agg({"version": "max"}).first()[0]
+    )
 
     run_once()
     assert spark.read.format("delta").load(path).count() == N_EVENTS
-    version_after_second = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").agg({"version": "max"}).first()[0]
+    version_after_second = (
+        spark.sql(f"DESCRIBE HISTORY delta.`{path}`").agg({"version": "max"}).first()[0]
+    )
     assert version_after_second == version_after_first  # no new commit at all

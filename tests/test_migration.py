@@ -16,16 +16,16 @@ from html.parser import HTMLParser
 import pytest
 
 from flows.trades import FLOW
-from streamshift.batch import run_eod
-from streamshift.generate import generate_day
-from streamshift.produce import produce_rows, read_rows
-from streamshift.recon_jobs import eod_correct, reconcile_date
-from streamshift.reconcile import recon_breaks_path, recon_runs_path
-from streamshift.report import write_report
-from streamshift.stages import PromotionRefused, current_stage, promote, serving_frame
-from streamshift.stream import run_stream
-from streamshift.tables import read
-from streamshift.writepath import Target
+from flows.trades.generate import generate_day
+from streamshift.control.recon import recon_breaks_path, recon_runs_path
+from streamshift.control.report import write_report
+from streamshift.control.serving import serving_frame
+from streamshift.control.stages import PromotionRefused, current_stage, promote
+from streamshift.jobs.eod import run_eod
+from streamshift.jobs.reconcile import eod_correct, reconcile_date
+from streamshift.jobs.stream import run_stream
+from streamshift.sources.produce import produce_rows, read_rows
+from streamshift.write.target import Target, read
 from tests.stream_support import isolated, new_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
@@ -34,13 +34,22 @@ DAYS = [dt.date(2026, 11, 2) + dt.timedelta(days=i) for i in range(9)]  # day 1 
 
 
 def _key(date: dt.date, book: str, instrument: str) -> str:
-    return json.dumps({"business_date": str(date), "book": book, "instrument": instrument},
-                      separators=(",", ":"))
+    return json.dumps(
+        {"business_date": str(date), "book": book, "instrument": instrument}, separators=(",", ":")
+    )
 
 
 def _stream(spark, settings, topic: str):  # type: ignore[no-untyped-def]
-    return run_stream(spark, settings, FLOW, "stream", available_now=True, topic=topic,
-                      handle_signals=False, echo=False)
+    return run_stream(
+        spark,
+        settings,
+        FLOW,
+        "stream",
+        available_now=True,
+        topic=topic,
+        handle_signals=False,
+        echo=False,
+    )
 
 
 class _Charts(HTMLParser):
@@ -54,11 +63,15 @@ class _Charts(HTMLParser):
         self.tables += tag == "table"
 
 
-def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(spark, kafka_settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
+    spark, kafka_settings, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
     settings = isolated(kafka_settings, tmp_path / "home", promotion_window=5)
     topic = new_topic()
-    files = {d: generate_day(d, 60, tmp_path / str(d), seed=100 + i, progress=False)
-             for i, d in enumerate(DAYS)}
+    files = {
+        d: generate_day(d, 60, tmp_path / str(d), seed=100 + i, progress=False)
+        for i, d in enumerate(DAYS)
+    }
     batch = Target.open(spark, settings, FLOW, "batch")
 
     # Day 1, stage batch: the EOD file into the batch layer; no stream job yet.
@@ -102,9 +115,12 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(spark, kafka_set
     assert [e["business_date"] for e in change.evidence.dates] == DAYS[3:8][::-1]
 
     # The serving read follows the stage: stream layer now (batch for closed dates in shadow).
-    assert serving_frame(spark, settings, FLOW, "positions", gap_day).count() == \
-        read(spark, Target.open(spark, settings, FLOW, "stream").tables.view("positions")) \
-        .where(f"business_date = DATE'{gap_day}'").count()
+    assert (
+        serving_frame(spark, settings, FLOW, "positions", gap_day).count()
+        == read(spark, Target.open(spark, settings, FLOW, "stream").tables.view("positions"))
+        .where(f"business_date = DATE'{gap_day}'")
+        .count()
+    )
 
     # Day 9, stage stream: the stream misses one trade; the EOD run reconciles the EOD file
     # against the stream layer, applies the difference as a correction, and reconciles again.
@@ -113,8 +129,13 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(spark, kafka_set
     corrections = read_rows(files[d9].corrections, FLOW)
     corrected = {r["trade_id"] for r in corrections}
     lost = next(r for r in eod_rows if r["trade_id"] not in corrected)
-    produce_rows(settings, FLOW, [r for r in eod_rows + corrections if r is not lost], topic=topic,
-                 progress=False)
+    produce_rows(
+        settings,
+        FLOW,
+        [r for r in eod_rows + corrections if r is not lost],
+        topic=topic,
+        progress=False,
+    )
     _stream(spark, settings, topic)
     final = {r["trade_id"]: r for r in eod_rows}
     final.update({r["trade_id"]: r for r in corrections})
@@ -125,23 +146,35 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(spark, kafka_set
         writer.writerows(final.values())
 
     clearing = files[d9].clearing_positions
-    first = {r.recon: r for r in reconcile_date(spark, settings, FLOW, d9, against=clearing,
-                                                eod_file=eod_file, parity=False)}
+    first = {
+        r.recon: r
+        for r in reconcile_date(
+            spark, settings, FLOW, d9, against=clearing, eod_file=eod_file, parity=False
+        )
+    }
     assert first["eod_file"].by_kind == {"missing_left": 1, "missing_right": 0, "value_mismatch": 0}
-    assert [b["key"] for b in first["eod_file"].worst] == [json.dumps({"trade_id": lost["trade_id"]},
-                                                                     separators=(",", ":"))]
+    assert [b["key"] for b in first["eod_file"].worst] == [
+        json.dumps({"trade_id": lost["trade_id"]}, separators=(",", ":"))
+    ]
     applied = eod_correct(spark, settings, FLOW, d9, eod_file)
     assert applied.applied == 1
-    second = {r.recon: r for r in reconcile_date(spark, settings, FLOW, d9, against=clearing,
-                                                 eod_file=eod_file, parity=False)}
+    second = {
+        r.recon: r
+        for r in reconcile_date(
+            spark, settings, FLOW, d9, against=clearing, eod_file=eod_file, parity=False
+        )
+    }
     assert second["eod_file"].clean
     # What is left against the clearing house is exactly its four deliberate breaks.
     with open(clearing) as handle:
         ext_keys = {(r["book"], r["instrument"]) for r in csv.DictReader(handle)}
     assert second["external"].breaks == 4
     assert ("FX-SPOT", "NZDUSD") in ext_keys
-    source = read(spark, Target.open(spark, settings, FLOW, "stream").tables.current).where(
-        f"trade_id = '{lost['trade_id']}'").first()
+    source = (
+        read(spark, Target.open(spark, settings, FLOW, "stream").tables.current)
+        .where(f"trade_id = '{lost['trade_id']}'")
+        .first()
+    )
     assert source["_source"] == "eod_correction"
 
     # The report: renders, charts present, numbers equal to the tables.
@@ -154,10 +187,15 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(spark, kafka_set
     assert summary["breaks_by_kind"] == second["external"].by_kind  # eod_file is clean
     runs = read(spark, recon_runs_path(settings)).where(f"business_date = DATE'{d9}'")
     assert len(summary["reconciliations"]) == 2 and runs.count() == 4  # two runs of two recons
-    breaks_today = read(spark, recon_breaks_path(settings)).where(
-        f"run_id = '{second['external'].run_id}'").count()
+    breaks_today = (
+        read(spark, recon_breaks_path(settings))
+        .where(f"run_id = '{second['external'].run_id}'")
+        .count()
+    )
     assert breaks_today == len(summary["worst_breaks"]) == 4
     streak = {s["business_date"]: s["breaks"] for s in summary["parity_streak"]}
     assert set(streak) == {str(d) for d in DAYS[1:8]} and streak[str(gap_day)] > 0
     assert [(c["from_stage"], c["to_stage"]) for c in summary["stage_history"]] == [
-        ("batch", "shadow"), ("shadow", "stream")]
+        ("batch", "shadow"),
+        ("shadow", "stream"),
+    ]

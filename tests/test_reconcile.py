@@ -10,54 +10,82 @@ from decimal import Decimal
 import pytest
 
 from flows.trades import FLOW
-from streamshift.reconcile import ReconResult, compare, record
-from streamshift.stages import PromotionRefused, current_stage, promote, stage_history
+from streamshift.control.compare import compare
+from streamshift.control.recon import ReconResult, record
+from streamshift.control.stages import PromotionRefused, current_stage, promote, stage_history
 
 pytestmark = [pytest.mark.spark]
 
 D = dt.date(2026, 11, 20)
-SCHEMA = ("business_date DATE, book STRING, instrument STRING, net_quantity BIGINT, "
-          "net_notional_usd DECIMAL(28,2), trade_count BIGINT")
+SCHEMA = (
+    "business_date DATE, book STRING, instrument STRING, net_quantity BIGINT, "
+    "net_notional_usd DECIMAL(28,2), trade_count BIGINT"
+)
 KEY = ("business_date", "book", "instrument")
 COLUMNS = ["net_quantity", "net_notional_usd", "trade_count"]
 TOL = {"net_notional_usd": 0.01}
 
 
 def _k(book: str) -> str:
-    return json.dumps({"business_date": str(D), "book": book, "instrument": "AAPL"},
-                      separators=(",", ":"))
+    return json.dumps(
+        {"business_date": str(D), "book": book, "instrument": "AAPL"}, separators=(",", ":")
+    )
 
 
 def test_each_break_kind_and_tolerances_on_both_sides_of_the_limit(spark) -> None:  # type: ignore[no-untyped-def]
     m = Decimal
-    left = spark.createDataFrame([
-        (D, "SAME", "AAPL", 10, m("100.00"), 1),
-        (D, "ONLY_LEFT", "AAPL", 5, m("50.00"), 1),
-        (D, "QTY", "AAPL", 10, m("100.00"), 2),
-        (D, "AT_LIMIT", "AAPL", 10, m("100.00"), 1),
-        (D, "BELOW_LIMIT", "AAPL", 10, m("100.00"), 1),
-        (D, "OVER_LIMIT", "AAPL", 10, m("100.00"), 1),
-        (D, "NULLS", "AAPL", None, None, 1),
-    ], SCHEMA)
-    right = spark.createDataFrame([
-        (D, "SAME", "AAPL", 10, m("100.00"), 1),
-        (D, "ONLY_RIGHT", "AAPL", 7, m("70.00"), 1),
-        (D, "QTY", "AAPL", 11, m("100.00"), 2),
-        (D, "AT_LIMIT", "AAPL", 10, m("100.01"), 1),
-        (D, "BELOW_LIMIT", "AAPL", 10, m("99.99"), 1),
-        (D, "OVER_LIMIT", "AAPL", 10, m("99.98"), 1),
-        (D, "NULLS", "AAPL", None, m("1.00"), 1),
-    ], SCHEMA)
+    left = spark.createDataFrame(
+        [
+            (D, "SAME", "AAPL", 10, m("100.00"), 1),
+            (D, "ONLY_LEFT", "AAPL", 5, m("50.00"), 1),
+            (D, "QTY", "AAPL", 10, m("100.00"), 2),
+            (D, "AT_LIMIT", "AAPL", 10, m("100.00"), 1),
+            (D, "BELOW_LIMIT", "AAPL", 10, m("100.00"), 1),
+            (D, "OVER_LIMIT", "AAPL", 10, m("100.00"), 1),
+            (D, "NULLS", "AAPL", None, None, 1),
+        ],
+        SCHEMA,
+    )
+    right = spark.createDataFrame(
+        [
+            (D, "SAME", "AAPL", 10, m("100.00"), 1),
+            (D, "ONLY_RIGHT", "AAPL", 7, m("70.00"), 1),
+            (D, "QTY", "AAPL", 11, m("100.00"), 2),
+            (D, "AT_LIMIT", "AAPL", 10, m("100.01"), 1),
+            (D, "BELOW_LIMIT", "AAPL", 10, m("99.99"), 1),
+            (D, "OVER_LIMIT", "AAPL", 10, m("99.98"), 1),
+            (D, "NULLS", "AAPL", None, m("1.00"), 1),
+        ],
+        SCHEMA,
+    )
     breaks = {
-        (r["kind"], r["key"], r["column"], r["left_value"], r["right_value"],
-         None if r["difference"] is None else round(r["difference"], 6))
+        (
+            r["kind"],
+            r["key"],
+            r["column"],
+            r["left_value"],
+            r["right_value"],
+            None if r["difference"] is None else round(r["difference"], 6),
+        )
         for r in compare(left, right, KEY, COLUMNS, TOL).collect()
     }
     assert breaks == {
-        ("missing_right", _k("ONLY_LEFT"), None,
-         '{"net_quantity":5,"net_notional_usd":50.00,"trade_count":1}', None, None),
-        ("missing_left", _k("ONLY_RIGHT"), None, None,
-         '{"net_quantity":7,"net_notional_usd":70.00,"trade_count":1}', None),
+        (
+            "missing_right",
+            _k("ONLY_LEFT"),
+            None,
+            '{"net_quantity":5,"net_notional_usd":50.00,"trade_count":1}',
+            None,
+            None,
+        ),
+        (
+            "missing_left",
+            _k("ONLY_RIGHT"),
+            None,
+            None,
+            '{"net_quantity":7,"net_notional_usd":70.00,"trade_count":1}',
+            None,
+        ),
         ("value_mismatch", _k("QTY"), "net_quantity", "10", "11", 1.0),
         ("value_mismatch", _k("OVER_LIMIT"), "net_notional_usd", "100.00", "99.98", -0.02),
         ("value_mismatch", _k("NULLS"), "net_notional_usd", None, "1.00", None),
@@ -67,13 +95,23 @@ def test_each_break_kind_and_tolerances_on_both_sides_of_the_limit(spark) -> Non
 def _record_parity(spark, settings, day: dt.date, breaks: int) -> None:  # type: ignore[no-untyped-def]
     rows = [("missing_right", f"k{i}", None, "{}", None, None) for i in range(breaks)]
     frame = spark.createDataFrame(
-        rows, "kind STRING, key STRING, column STRING, left_value STRING, right_value STRING, "
-        "difference DOUBLE")
-    record(spark, settings, FLOW, frame, ReconResult(f"run-{day}", "parity", day, "batch",
-                                                     "stream", 10, 10 - breaks), "shadow")
+        rows,
+        "kind STRING, key STRING, column STRING, left_value STRING, right_value STRING, "
+        "difference DOUBLE",
+    )
+    record(
+        spark,
+        settings,
+        FLOW,
+        frame,
+        ReconResult(f"run-{day}", "parity", day, "batch", "stream", 10, 10 - breaks),
+        "shadow",
+    )
 
 
-def test_promotion_gate_refuses_names_dates_and_records_every_change(spark, settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_promotion_gate_refuses_names_dates_and_records_every_change(
+    spark, settings, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
     s = replace(settings, home=tmp_path, promotion_window=3)
     assert current_stage(spark, s, FLOW) == "batch"
     with pytest.raises(PromotionRefused, match="one stage at a time"):
@@ -100,10 +138,13 @@ def test_promotion_gate_refuses_names_dates_and_records_every_change(spark, sett
         promote(spark, s, FLOW, "kappa", force=True)
     promote(spark, s, FLOW, "shadow", by="carol")  # demotion: always allowed
     _record_parity(spark, s, days[3], 5)
-    promote(spark, s, FLOW, "stream", force=True, reason="incident 42: batch source down",
-            by="dave")
-    history = [(c["from_stage"], c["to_stage"], c["changed_by"], c["forced"], c["reason"])
-               for c in stage_history(spark, s, FLOW)]
+    promote(
+        spark, s, FLOW, "stream", force=True, reason="incident 42: batch source down", by="dave"
+    )
+    history = [
+        (c["from_stage"], c["to_stage"], c["changed_by"], c["forced"], c["reason"])
+        for c in stage_history(spark, s, FLOW)
+    ]
     assert history == [
         ("batch", "shadow", "alice", False, None),
         ("shadow", "stream", "bob", False, None),

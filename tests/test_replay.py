@@ -8,12 +8,12 @@ import time
 import pytest
 
 from flows.trades import FLOW
-from streamshift.generate import generate_day
-from streamshift.kafka import admin_client
-from streamshift.produce import produce_rows
-from streamshift.replay import ReplayRefused, replay
-from streamshift.stream import run_stream
-from streamshift.writepath import Target
+from flows.trades.generate import generate_day
+from streamshift.jobs.replay import ReplayRefused, replay
+from streamshift.jobs.stream import run_stream
+from streamshift.sources.kafka import admin_client
+from streamshift.sources.produce import produce_rows
+from streamshift.write.target import Target
 from tests.stream_support import isolated, new_topic, shuffled_day, state
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
@@ -22,7 +22,8 @@ DAY = dt.date(2026, 11, 20)
 
 
 def test_replay_reproduces_the_stream_layer_and_refuses_a_range_past_retention(  # type: ignore[no-untyped-def]
-        spark, kafka_settings, tmp_path) -> None:
+    spark, kafka_settings, tmp_path
+) -> None:
     settings = isolated(kafka_settings, tmp_path / "home")
     files = generate_day(DAY, 300, tmp_path / "files", seed=41, progress=False)
     rows = shuffled_day(files, seed=2)
@@ -34,8 +35,16 @@ def test_replay_reproduces_the_stream_layer_and_refuses_a_range_past_retention( 
     time.sleep(1.5)
     produce_rows(settings, FLOW, rows[200:], topic=topic, progress=False)
     after = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)
-    run_stream(spark, settings, FLOW, "stream", available_now=True, topic=topic,
-               handle_signals=False, echo=False)
+    run_stream(
+        spark,
+        settings,
+        FLOW,
+        "stream",
+        available_now=True,
+        topic=topic,
+        handle_signals=False,
+        echo=False,
+    )
 
     # The range [middle, after) alone holds exactly the later events.
     part = replay(spark, settings, FLOW, middle, after, "batch", topic=topic)
@@ -57,5 +66,9 @@ def test_replay_reproduces_the_stream_layer_and_refuses_a_range_past_retention( 
     future.result(timeout=30)
     with pytest.raises(ReplayRefused, match="no longer retains"):
         replay(spark, settings, FLOW, before, after, "batch", topic=topic)
-    assert replay(spark, settings, FLOW, after, after + dt.timedelta(seconds=5), "batch",
-                  topic=topic).events == 0
+    assert (
+        replay(
+            spark, settings, FLOW, after, after + dt.timedelta(seconds=5), "batch", topic=topic
+        ).events
+        == 0
+    )

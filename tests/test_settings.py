@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from streamshift.settings import SettingsError, load_settings
+from streamshift.core.settings import SettingsError, load_settings
 
 
 def test_defaults_without_environment() -> None:

@@ -9,14 +9,13 @@ import random
 import pytest
 
 from flows.trades import FLOW
-from streamshift.batch import run_eod
-from streamshift.events import UNDECODABLE_RULES, dlq_topic, encode_event
-from streamshift.generate import generate_day
-from streamshift.kafka import ensure_topic, producer_config
-from streamshift.produce import produce_rows, read_rows
-from streamshift.stream import run_stream
-from streamshift.tables import read
-from streamshift.writepath import Target
+from flows.trades.generate import generate_day
+from streamshift.jobs.eod import run_eod
+from streamshift.jobs.stream import run_stream
+from streamshift.sources.events import UNDECODABLE_RULES, dlq_topic, encode_event
+from streamshift.sources.kafka import ensure_topic, producer_config
+from streamshift.sources.produce import produce_rows, read_rows
+from streamshift.write.target import Target, read
 from tests.stream_support import csv_rows, isolated, new_topic, oracle, shuffled_day, state
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
@@ -43,8 +42,13 @@ def _consume_all(settings, topic: str) -> list[tuple[bytes | None, bytes | None,
     """Every message of ``topic`` (all partitions) from the beginning."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({**settings.kafka_client_config(), "group.id": new_topic("check"),
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            **settings.kafka_client_config(),
+            "group.id": new_topic("check"),
+            "enable.auto.commit": False,
+        }
+    )
     meta = consumer.list_topics(topic, timeout=10).topics[topic]
     parts = [TopicPartition(topic, p, 0) for p in meta.partitions]
     ends = {p.partition: consumer.get_watermark_offsets(p, timeout=10)[1] for p in parts}
@@ -69,8 +73,16 @@ def test_stream_and_eod_batch_reach_the_same_state(spark, kafka_settings, day, t
     sent = produce_rows(settings, FLOW, rows, topic=topic, progress=False)
     assert sent.acknowledged == len(rows) and sent.failed == 0
 
-    run = run_stream(spark, settings, FLOW, "stream", available_now=True, topic=topic,
-                     handle_signals=False, echo=False)
+    run = run_stream(
+        spark,
+        settings,
+        FLOW,
+        "stream",
+        available_now=True,
+        topic=topic,
+        handle_signals=False,
+        echo=False,
+    )
     assert run.totals.batches >= 3  # maxOffsetsPerTrigger split the topic
     assert run.totals.received == len(rows)
 
@@ -87,7 +99,7 @@ def test_stream_and_eod_batch_reach_the_same_state(spark, kafka_settings, day, t
     assert got_stream["history"] == got_batch["history"] == expected["history"]
 
     # The heartbeat and per-batch progress were written for `streamshift status`.
-    from streamshift.heartbeat import progress_path, read_progress, read_status
+    from streamshift.core.heartbeat import progress_path, read_progress, read_status
 
     [status] = read_status(settings.home)
     assert (status.flow, status.layer, status.running) == ("trades", "stream", False)
@@ -97,24 +109,43 @@ def test_stream_and_eod_batch_reach_the_same_state(spark, kafka_settings, day, t
     assert batches[-1]["lag"] == 0 and all(b["accepted"] is not None for b in batches)
 
     # A second run finds nothing new and changes nothing.
-    again = run_stream(spark, settings, FLOW, "stream", available_now=True, topic=topic,
-                       handle_signals=False, echo=False)
+    again = run_stream(
+        spark,
+        settings,
+        FLOW,
+        "stream",
+        available_now=True,
+        topic=topic,
+        handle_signals=False,
+        echo=False,
+    )
     assert again.totals.received == 0
     assert state(spark, stream, columns) == got_stream
 
 
 def _poison_messages() -> list[tuple[str, bytes | None, bytes | None]]:
     """(expected outcome, key, value): 'dlq' for undecodable, 'quarantine' for rule failures."""
-    fields = {"trade_id": "PX-1", "version": 1, "event_type": "NEW", "business_date": "2026-11-20",
-              "trade_ts": "2026-11-20T10:00:00Z", "book": "EQ-US-FLOW", "instrument": "AAPL",
-              "side": "BUY", "quantity": 10, "price": 101.5, "currency": "USD"}
+    fields = {
+        "trade_id": "PX-1",
+        "version": 1,
+        "event_type": "NEW",
+        "business_date": "2026-11-20",
+        "trade_ts": "2026-11-20T10:00:00Z",
+        "book": "EQ-US-FLOW",
+        "instrument": "AAPL",
+        "side": "BUY",
+        "quantity": 10,
+        "price": 101.5,
+        "currency": "USD",
+    }
 
     def obj(**changes: object) -> bytes:
         doc = {**fields, **changes}
         return json.dumps({k: v for k, v in doc.items() if v is not ...}).encode()
 
-    huge = json.dumps({**fields, "trade_id": "PX-HUGE", "instrument": "NOPE",
-                       "comment": "x" * 900_000}).encode()
+    huge = json.dumps(
+        {**fields, "trade_id": "PX-HUGE", "instrument": "NOPE", "comment": "x" * 900_000}
+    ).encode()
     return [
         ("dlq", b"PX-2", b"{not json"),
         ("dlq", b"PX-3", b"[1, 2, 3]"),
@@ -123,7 +154,7 @@ def _poison_messages() -> list[tuple[str, bytes | None, bytes | None]]:
         ("dlq", b"PX-5", obj(trade_id="PX-5", price=...)),  # a field missing
         ("dlq", b"PX-6", obj(trade_id="PX-6", quantity="ten")),  # wrong type
         ("dlq", b"PX-7", obj(trade_id="PX-7", version=[1])),  # wrong type
-        ("dlq", b"PX-8", b"{\"trade_id\": \"PX-8\", " + b"\"pad\": \"" + b"y" * 900_000 + b"\""),
+        ("dlq", b"PX-8", b'{"trade_id": "PX-8", ' + b'"pad": "' + b"y" * 900_000 + b'"'),
         ("quarantine", b"PX-9", obj(trade_id="PX-9", instrument="NOSUCH")),
         ("quarantine", b"PX-10", obj(trade_id="PX-10", quantity=-5)),
         ("quarantine", b"PX-HUGE", huge),
@@ -132,7 +163,8 @@ def _poison_messages() -> list[tuple[str, bytes | None, bytes | None]]:
 
 
 def test_poison_messages_are_quarantined_and_undecodable_ones_dead_lettered(  # type: ignore[no-untyped-def]
-        spark, kafka_settings, day, tmp_path) -> None:
+    spark, kafka_settings, day, tmp_path
+) -> None:
     settings = isolated(kafka_settings, tmp_path, max_offsets_per_trigger=400)
     topic = new_topic()
     good = read_rows(day.eod, FLOW)[:500]
@@ -143,8 +175,16 @@ def test_poison_messages_are_quarantined_and_undecodable_ones_dead_lettered(  # 
         messages.insert(rng.randrange(len(messages) + 1), (key, value))
     _send_raw(settings, topic, messages)
 
-    run = run_stream(spark, settings, FLOW, "stream", available_now=True, topic=topic,
-                     handle_signals=False, echo=False)
+    run = run_stream(
+        spark,
+        settings,
+        FLOW,
+        "stream",
+        available_now=True,
+        topic=topic,
+        handle_signals=False,
+        echo=False,
+    )
     n_dlq = sum(1 for kind, _, _ in poison if kind == "dlq")
     n_rule = sum(1 for kind, _, _ in poison if kind == "quarantine")
     assert run.totals.received == len(messages)
@@ -154,14 +194,18 @@ def test_poison_messages_are_quarantined_and_undecodable_ones_dead_lettered(  # 
 
     target = Target.open(spark, settings, FLOW, "stream")
     quarantine = read(spark, target.tables.quarantine).collect()
-    history_refs = {r[0] for r in read(spark, target.tables.history).select("_source_ref").collect()}
+    history_refs = {
+        r[0] for r in read(spark, target.tables.history).select("_source_ref").collect()
+    }
     quarantine_refs = {r["source_ref"] for r in quarantine}
     # Every message is accounted for exactly once, by its topic:partition:offset.
     assert len(history_refs) + len(quarantine_refs) == len(messages)
     assert not history_refs & quarantine_refs
     by_rule = {r["rule"] for r in quarantine}
     assert {"known_instrument", "quantity_positive"} <= by_rule
-    assert {r["rule"] for r in quarantine if r["rule"].startswith("json_")} <= set(UNDECODABLE_RULES)
+    assert {r["rule"] for r in quarantine if r["rule"].startswith("json_")} <= set(
+        UNDECODABLE_RULES
+    )
     assert all(r["source_ref"].startswith(f"{topic}:") for r in quarantine)
 
     dlq = _consume_all(settings, dlq_topic(topic))
@@ -169,29 +213,50 @@ def test_poison_messages_are_quarantined_and_undecodable_ones_dead_lettered(  # 
     assert sorted((v or b"") for _, v, _ in dlq) == expected
     assert all(h["streamshift.source_ref"].decode() in quarantine_refs for _, _, h in dlq)
     assert {h["streamshift.rule"].decode() for _, _, h in dlq} == {
-        "json_invalid", "json_not_object", "json_missing_field", "json_wrong_type"}
+        "json_invalid",
+        "json_not_object",
+        "json_missing_field",
+        "json_wrong_type",
+    }
 
     # Replaying the topic from scratch into a fresh checkpoint changes nothing and forwards
     # nothing twice: quarantine and DLQ are idempotent per message.
     import shutil
 
-    from streamshift.stream import checkpoint_path
+    from streamshift.jobs.stream import checkpoint_path
 
     shutil.rmtree(checkpoint_path(settings, FLOW, "stream"))
-    run_stream(spark, settings, FLOW, "stream", available_now=True, topic=topic,
-               handle_signals=False, echo=False)
+    run_stream(
+        spark,
+        settings,
+        FLOW,
+        "stream",
+        available_now=True,
+        topic=topic,
+        handle_signals=False,
+        echo=False,
+    )
     assert read(spark, target.tables.quarantine).count() == len(quarantine)
     assert len(_consume_all(settings, dlq_topic(topic))) == n_dlq
 
 
 def test_late_events_for_a_closed_date_are_recorded_and_change_its_positions(  # type: ignore[no-untyped-def]
-        spark, kafka_settings, day, tmp_path) -> None:
+    spark, kafka_settings, day, tmp_path
+) -> None:
     settings = isolated(kafka_settings, tmp_path)
     topic = new_topic()
     eod_rows = read_rows(day.eod, FLOW)
     produce_rows(settings, FLOW, eod_rows, topic=topic, progress=False)
-    run_stream(spark, settings, FLOW, "stream", available_now=True, topic=topic,
-               handle_signals=False, echo=False)
+    run_stream(
+        spark,
+        settings,
+        FLOW,
+        "stream",
+        available_now=True,
+        topic=topic,
+        handle_signals=False,
+        echo=False,
+    )
     stream = Target.open(spark, settings, FLOW, "stream")
     before = state(spark, stream, ["trade_id", "version"])["positions"]
     assert read(spark, stream.tables.late_events).count() == 0
@@ -200,8 +265,16 @@ def test_late_events_for_a_closed_date_are_recorded_and_change_its_positions(  #
     run_eod(spark, Target.open(spark, settings, FLOW, "batch"), DAY, day.eod)
     late_rows = read_rows(day.late, FLOW)
     produce_rows(settings, FLOW, late_rows, topic=topic, progress=False)
-    run = run_stream(spark, settings, FLOW, "stream", available_now=True, topic=topic,
-                     handle_signals=False, echo=False)
+    run = run_stream(
+        spark,
+        settings,
+        FLOW,
+        "stream",
+        available_now=True,
+        topic=topic,
+        handle_signals=False,
+        echo=False,
+    )
     assert run.totals.late == len(late_rows)
 
     late = read(spark, stream.tables.late_events).collect()

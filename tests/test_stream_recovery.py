@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from flows.trades import FLOW
-from streamshift.generate import generate_day
-from streamshift.heartbeat import read_heartbeat
-from streamshift.produce import produce_rows
-from streamshift.writepath import Target
+from flows.trades.generate import generate_day
+from streamshift.core.heartbeat import read_heartbeat
+from streamshift.sources.produce import produce_rows
+from streamshift.write.target import Target
 from tests.cli_support import CLI, LOCAL_SPARK, cli_env, run_cli
 from tests.stream_support import isolated, new_topic, oracle, shuffled_day, state
 
@@ -26,14 +26,17 @@ DAY = dt.date(2026, 11, 20)
 
 
 def _env(home: Path, bootstrap: str) -> dict[str, str]:
-    return cli_env(home, kafka_bootstrap_servers=bootstrap, max_offsets_per_trigger="150",
-                   **LOCAL_SPARK)
+    return cli_env(
+        home, kafka_bootstrap_servers=bootstrap, max_offsets_per_trigger="150", **LOCAL_SPARK
+    )
 
 
 def _start(home: Path, bootstrap: str, topic: str, log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [*CLI, "stream", "--flow", "trades", "--topic", topic, "--trigger", "1 second"],
-        env=_env(home, bootstrap), stdout=open(log, "ab"), stderr=subprocess.STDOUT,
+        env=_env(home, bootstrap),
+        stdout=open(log, "ab"),
+        stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group: the JVM child dies with it
     )
 
@@ -47,7 +50,8 @@ def _status(home: Path, bootstrap: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_sigkill_at_random_points_then_sigterm_ends_in_the_oracle_state(  # type: ignore[no-untyped-def]
-        spark, kafka_settings, tmp_path) -> None:
+    spark, kafka_settings, tmp_path
+) -> None:
     settings = isolated(kafka_settings, tmp_path / "home")
     files = generate_day(DAY, 900, tmp_path / "files", seed=31, progress=False)
     rows = shuffled_day(files, seed=5)
@@ -62,7 +66,10 @@ def test_sigkill_at_random_points_then_sigterm_ends_in_the_oracle_state(  # type
         job = _start(settings.home, bootstrap, topic, log)
         # Wait until the query runs, then kill at a random point of its batches.
         deadline = time.monotonic() + 180
-        while _beat(settings.home).get("pid") != job.pid or _beat(settings.home).get("state") != "running":
+        while (
+            _beat(settings.home).get("pid") != job.pid
+            or _beat(settings.home).get("state") != "running"
+        ):
             assert job.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, "stream job did not start"
             time.sleep(0.5)
@@ -78,7 +85,11 @@ def test_sigkill_at_random_points_then_sigterm_ends_in_the_oracle_state(  # type
     deadline = time.monotonic() + 600
     while True:
         beat = _beat(settings.home)
-        if beat.get("pid") == job.pid and beat.get("lag") == 0 and beat.get("last_batch_id") is not None:
+        if (
+            beat.get("pid") == job.pid
+            and beat.get("lag") == 0
+            and beat.get("last_batch_id") is not None
+        ):
             break
         assert job.poll() is None, log.read_text()[-3000:]
         assert time.monotonic() < deadline, f"stream did not catch up: {beat}"

@@ -8,8 +8,9 @@ from decimal import Decimal
 import pytest
 
 from flows.trades import FLOW, positions
-from streamshift.reference import load_reference
-from streamshift.writepath import FAILED, IS_DELETED, checked_changes, latest_per_key
+from streamshift.core.contract import FAILED, IS_DELETED
+from streamshift.write.target import load_reference
+from streamshift.write.transforms import checked_changes, latest_per_key
 from tests.trades_data import frame, trade
 
 pytestmark = pytest.mark.spark
@@ -64,8 +65,19 @@ def test_each_rule_names_its_failure(spark, reference) -> None:  # type: ignore[
 
 def test_prepare_joins_reference_and_uses_latest_earlier_fx_rate(spark, reference) -> None:  # type: ignore[no-untyped-def]
     # 2026-11-21 is a Saturday: no rate that day, Friday's applies.
-    rows = [trade("eur", 1, date="2026-11-21", book="EQ-EU-FLOW", instrument="SAP", side="SELL",
-                  quantity=10, price="200.50", currency="EUR")]
+    rows = [
+        trade(
+            "eur",
+            1,
+            date="2026-11-21",
+            book="EQ-EU-FLOW",
+            instrument="SAP",
+            side="SELL",
+            quantity=10,
+            price="200.50",
+            currency="EUR",
+        )
+    ]
     got = checked_changes(FLOW, frame(spark, rows), reference).collect()[0]
     fx = {(r.business_date, r.currency): r.rate_to_usd for r in reference["fx_rates"].collect()}
     friday_rate = fx[(dt.date(2026, 11, 20), "EUR")]

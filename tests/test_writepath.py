@@ -7,8 +7,9 @@ from decimal import Decimal
 import pytest
 
 from flows.trades import FLOW
-from streamshift.tables import LayerTables, read
-from streamshift.writepath import Target, apply_changes
+from streamshift.core.catalog import LayerTables
+from streamshift.write.apply import apply_changes
+from streamshift.write.target import Target, read
 from tests.trades_data import D1, D2, frame, trade
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -18,14 +19,16 @@ FLOWB, DELTA1 = "EQ-US-FLOW", "EQ-US-DELTA1"
 
 @pytest.fixture
 def target(spark, tmp_path):  # type: ignore[no-untyped-def]
-    from streamshift.reference import load_reference
+    from streamshift.write.target import load_reference
 
     return Target(spark, FLOW, LayerTables(tmp_path, FLOW, "batch"), load_reference(spark, FLOW))
 
 
 def current(spark, t):  # type: ignore[no-untyped-def]
-    return {r.trade_id: (r.version, str(r.business_date), r.book, r.quantity, r.is_deleted)
-            for r in read(spark, t.tables.current).collect()}
+    return {
+        r.trade_id: (r.version, str(r.business_date), r.book, r.quantity, r.is_deleted)
+        for r in read(spark, t.tables.current).collect()
+    }
 
 
 def history(spark, t):  # type: ignore[no-untyped-def]
@@ -33,8 +36,10 @@ def history(spark, t):  # type: ignore[no-untyped-def]
 
 
 def positions(spark, t):  # type: ignore[no-untyped-def]
-    return {(str(r.business_date), r.book, r.instrument): (r.net_quantity, r.trade_count)
-            for r in read(spark, t.tables.view("positions")).collect()}
+    return {
+        (str(r.business_date), r.book, r.instrument): (r.net_quantity, r.trade_count)
+        for r in read(spark, t.tables.view("positions")).collect()
+    }
 
 
 def quarantine(spark, t):  # type: ignore[no-untyped-def]
@@ -45,20 +50,24 @@ def test_new_amend_cancel_out_of_order_duplicates_replays_and_moves(spark, targe
     apply = lambda rows: apply_changes(FLOW, frame(spark, rows), "test", target)
 
     # 1. new trades, a v3 before its v2, duplicates and several versions of one key, a poison row
-    first = apply([
-        trade("a", 1, quantity=100),
-        trade("b", 1, side="SELL", quantity=30),
-        trade("c", 3, event="AMEND", quantity=7),
-        trade("d", 1, quantity=10),
-        trade("d", 1, quantity=10, ref="test:d:1:again"),
-        trade("d", 2, event="AMEND", quantity=50),
-        trade("x", 1, book="NOPE"),
-    ])
+    first = apply(
+        [
+            trade("a", 1, quantity=100),
+            trade("b", 1, side="SELL", quantity=30),
+            trade("c", 3, event="AMEND", quantity=7),
+            trade("d", 1, quantity=10),
+            trade("d", 1, quantity=10, ref="test:d:1:again"),
+            trade("d", 2, event="AMEND", quantity=50),
+            trade("x", 1, book="NOPE"),
+        ]
+    )
     assert (first.received, first.accepted, first.rejected, first.applied) == (7, 6, 1, 4)
     assert first.rejected_by_rule == {"known_book": 1}
     assert current(spark, target) == {
-        "a": (1, D2, FLOWB, 100, False), "b": (1, D2, FLOWB, 30, False),
-        "c": (3, D2, FLOWB, 7, False), "d": (2, D2, FLOWB, 50, False),
+        "a": (1, D2, FLOWB, 100, False),
+        "b": (1, D2, FLOWB, 30, False),
+        "c": (3, D2, FLOWB, 7, False),
+        "d": (2, D2, FLOWB, 50, False),
     }
     assert history(spark, target) == [("a", 1), ("b", 1), ("c", 3), ("d", 1), ("d", 2)]
     assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (100 - 30 + 7 + 50, 4)}
@@ -73,13 +82,26 @@ def test_new_amend_cancel_out_of_order_duplicates_replays_and_moves(spark, targe
     result = apply(second)
     assert result.applied == 2
     assert current(spark, target) == {
-        "a": (2, D1, DELTA1, 100, False), "b": (2, D2, None, None, True),
-        "c": (3, D2, FLOWB, 7, False), "d": (2, D2, FLOWB, 50, False),
+        "a": (2, D1, DELTA1, 100, False),
+        "b": (2, D2, None, None, True),
+        "c": (3, D2, FLOWB, 7, False),
+        "d": (2, D2, FLOWB, 50, False),
     }
-    assert history(spark, target) == [("a", 1), ("a", 2), ("b", 1), ("b", 2), ("c", 2), ("c", 3),
-                                      ("d", 1), ("d", 2)]
+    assert history(spark, target) == [
+        ("a", 1),
+        ("a", 2),
+        ("b", 1),
+        ("b", 2),
+        ("c", 2),
+        ("c", 3),
+        ("d", 1),
+        ("d", 2),
+    ]
     # both the old group (D2, FLOW) and the new one (D1, DELTA1) were recomputed
-    assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (57, 2), (D1, DELTA1, "AAPL"): (100, 1)}
+    assert positions(spark, target) == {
+        (D2, FLOWB, "AAPL"): (57, 2),
+        (D1, DELTA1, "AAPL"): (100, 1),
+    }
 
     # 3. a replay of the same batch changes nothing, in any table
     view_path = target.tables.view("positions")
@@ -90,15 +112,23 @@ def test_new_amend_cancel_out_of_order_duplicates_replays_and_moves(spark, targe
     assert replay.applied == 0
     assert current(spark, target)["a"] == (2, D1, DELTA1, 100, False)
     assert len(history(spark, target)) == 8
-    assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (57, 2), (D1, DELTA1, "AAPL"): (100, 1)}
+    assert positions(spark, target) == {
+        (D2, FLOWB, "AAPL"): (57, 2),
+        (D1, DELTA1, "AAPL"): (100, 1),
+    }
     # no commit at all, so the change feed has nothing new for readers
     assert DeltaTable.forPath(spark, view_path).history(1).first().version == view_version
 
     # 4. cancelling the last trades of a group deletes the group; the change feed says so
     apply([trade("c", 4, event="CANCEL"), trade("d", 3, event="CANCEL")])
     assert positions(spark, target) == {(D1, DELTA1, "AAPL"): (100, 1)}
-    feed = (spark.read.format("delta").option("readChangeFeed", "true")
-            .option("startingVersion", view_version + 1).load(view_path).collect())
+    feed = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", view_version + 1)
+        .load(view_path)
+        .collect()
+    )
     assert [(r._change_type, r.book, r.net_quantity) for r in feed] == [("delete", FLOWB, 57)]
 
 
@@ -108,10 +138,16 @@ def test_correction_is_a_retraction_plus_new_value_in_the_change_feed(spark, tar
     from delta.tables import DeltaTable
 
     version = DeltaTable.forPath(spark, view_path).history(1).first().version
-    apply_changes(FLOW, frame(spark, [trade("a", 2, event="AMEND", quantity=12, price="2.5")]),
-                  "test", target)
-    feed = (spark.read.format("delta").option("readChangeFeed", "true")
-            .option("startingVersion", version + 1).load(view_path).collect())
+    apply_changes(
+        FLOW, frame(spark, [trade("a", 2, event="AMEND", quantity=12, price="2.5")]), "test", target
+    )
+    feed = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", version + 1)
+        .load(view_path)
+        .collect()
+    )
     assert sorted((r._change_type, r.net_quantity, r.net_notional_usd) for r in feed) == [
         ("update_postimage", 12, Decimal("30.00")),
         ("update_preimage", 10, Decimal("25.00")),

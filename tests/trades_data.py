@@ -5,19 +5,41 @@ from __future__ import annotations
 from typing import Any
 
 from flows.trades import FLOW
-from streamshift.writepath import raw_schema
+from streamshift.write.transforms import raw_schema
 
 D1, D2 = "2026-11-19", "2026-11-20"
 
 
-def trade(trade_id: str, version: int, event: str = "NEW", date: str = D2, book: str = "EQ-US-FLOW",
-          instrument: str = "AAPL", side: str = "BUY", quantity: Any = 100, price: Any = "10.00",
-          currency: str = "USD", ts: str | None = None, ref: str | None = None) -> tuple[Any, ...]:
+def trade(
+    trade_id: str,
+    version: int,
+    event: str = "NEW",
+    date: str = D2,
+    book: str = "EQ-US-FLOW",
+    instrument: str = "AAPL",
+    side: str = "BUY",
+    quantity: Any = 100,
+    price: Any = "10.00",
+    currency: str = "USD",
+    ts: str | None = None,
+    ref: str | None = None,
+) -> tuple[Any, ...]:
     if event == "CANCEL":
         values = [trade_id, str(version), event, date] + [None] * 7
     else:
-        values = [trade_id, str(version), event, date, ts or f"{date}T10:00:00Z", book, instrument,
-                  side, str(quantity), str(price), currency]
+        values = [
+            trade_id,
+            str(version),
+            event,
+            date,
+            ts or f"{date}T10:00:00Z",
+            book,
+            instrument,
+            side,
+            str(quantity),
+            str(price),
+            currency,
+        ]
     ref = ref or f"test:{trade_id}:{version}"
     return (*values, ref, ",".join("" if v is None else v for v in values))
 

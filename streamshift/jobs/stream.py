@@ -28,27 +28,27 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQueryListener
 
-from streamshift import heartbeat
-from streamshift.errors import StreamshiftError
-from streamshift.events import (
+from streamshift.core import heartbeat
+from streamshift.core.contract import MALFORMED, SOURCE_REF
+from streamshift.core.errors import StreamshiftError
+from streamshift.core.flow import Flow
+from streamshift.sources.decode import decode
+from streamshift.sources.events import (
     DECODE_ERROR,
     KAFKA_KEY,
     KAFKA_SOURCE,
     KAFKA_VALUE,
     TRANSPORT_COLUMNS,
     UNDECODABLE_RULES,
-    decode,
     dlq_topic,
     topic_for,
 )
-from streamshift.flow import Flow
-from streamshift.kafka import ensure_topic, producer_config
-from streamshift.tables import read
-from streamshift.writepath import MALFORMED, SOURCE_REF, ApplyResult, Target, apply_changes
+from streamshift.sources.kafka import ensure_topic, producer_config
+from streamshift.write.apply import ApplyResult, apply_changes
+from streamshift.write.target import Target, read
 
 if TYPE_CHECKING:
-    from streamshift.settings import Settings
-
+    from streamshift.core.settings import Settings
 
 
 class StreamError(StreamshiftError):
@@ -60,8 +60,15 @@ class StopRequested(Exception):
 
 
 # ---- dead-letter topic --------------------------------------------------------------------
-def forward_undecodable(spark: SparkSession, settings: Settings, flow: Flow, target: Target,
-                        decoded: DataFrame, dlq: str, batch_label: str) -> int:
+def forward_undecodable(
+    spark: SparkSession,
+    settings: Settings,
+    flow: Flow,
+    target: Target,
+    decoded: DataFrame,
+    dlq: str,
+    batch_label: str,
+) -> int:
     """Send undecodable messages (raw bytes, original key) to ``dlq``; return how many.
 
     Messages the quarantine already holds were forwarded by an earlier run of this batch and
@@ -71,15 +78,20 @@ def forward_undecodable(spark: SparkSession, settings: Settings, flow: Flow, tar
     """
     from confluent_kafka import Producer
 
-    bad = decoded.where(F.col(MALFORMED).isin(*UNDECODABLE_RULES)).select(
-        SOURCE_REF, MALFORMED, DECODE_ERROR, KAFKA_KEY, KAFKA_VALUE).collect()
+    bad = (
+        decoded.where(F.col(MALFORMED).isin(*UNDECODABLE_RULES))
+        .select(SOURCE_REF, MALFORMED, DECODE_ERROR, KAFKA_KEY, KAFKA_VALUE)
+        .collect()
+    )
     if not bad:
         return 0
     refs = [r[SOURCE_REF] for r in bad]
     done = {
-        r[0] for r in read(spark, target.tables.quarantine)
+        r[0]
+        for r in read(spark, target.tables.quarantine)
         .where((F.col("flow") == flow.name) & F.col("source_ref").isin(refs))
-        .select("source_ref").collect()
+        .select("source_ref")
+        .collect()
     }
     todo = [r for r in bad if r[SOURCE_REF] not in done]
     if not todo:
@@ -98,13 +110,16 @@ def forward_undecodable(spark: SparkSession, settings: Settings, flow: Flow, tar
             ("streamshift.source_ref", r[SOURCE_REF].encode()),
             ("streamshift.batch", batch_label.encode()),
         ]
-        producer.produce(dlq, key=r[KAFKA_KEY], value=r[KAFKA_VALUE], headers=headers,
-                         on_delivery=delivered)
+        producer.produce(
+            dlq, key=r[KAFKA_KEY], value=r[KAFKA_VALUE], headers=headers, on_delivery=delivered
+        )
         producer.poll(0)
     remaining = producer.flush(60)
     if failures or remaining:
-        raise StreamError(f"dead-letter topic {dlq} did not acknowledge {len(failures) + remaining} "
-                          f"messages ({failures[:1]}); the batch will be retried")
+        raise StreamError(
+            f"dead-letter topic {dlq} did not acknowledge {len(failures) + remaining} "
+            f"messages ({failures[:1]}); the batch will be retried"
+        )
     return len(todo)
 
 
@@ -131,9 +146,11 @@ class StreamTotals:
             del self.last[old]
 
     def describe(self) -> str:
-        return (f"{self.batches} batches, {self.received} events: {self.accepted} accepted, "
-                f"{self.rejected} quarantined ({self.dead_lettered} to the dead-letter topic), "
-                f"{self.late} late")
+        return (
+            f"{self.batches} batches, {self.received} events: {self.accepted} accepted, "
+            f"{self.rejected} quarantined ({self.dead_lettered} to the dead-letter topic), "
+            f"{self.late} late"
+        )
 
 
 class GracefulStop:
@@ -160,8 +177,15 @@ class GracefulStop:
             return self._idle.wait_for(lambda: self._in_flight == 0, timeout)
 
 
-def batch_writer(settings: Settings, flow: Flow, target: Target, dlq: str, label: str,
-                 totals: StreamTotals, stop: GracefulStop) -> Callable[[DataFrame, int], None]:
+def batch_writer(
+    settings: Settings,
+    flow: Flow,
+    target: Target,
+    dlq: str,
+    label: str,
+    totals: StreamTotals,
+    stop: GracefulStop,
+) -> Callable[[DataFrame, int], None]:
     """The ``foreachBatch`` function: decode, dead-letter, then the one write path."""
 
     def write(batch: DataFrame, batch_id: int) -> None:
@@ -171,11 +195,17 @@ def batch_writer(settings: Settings, flow: Flow, target: Target, dlq: str, label
             decoded = batch.transform(decode(flow)).persist()
             try:
                 batch_label = f"{label}:{batch_id}"
-                dead = forward_undecodable(target.spark, settings, flow, target, decoded, dlq,
-                                           batch_label)
+                dead = forward_undecodable(
+                    target.spark, settings, flow, target, decoded, dlq, batch_label
+                )
                 decode_seconds = time.perf_counter() - started
-                result = apply_changes(flow, decoded.drop(*TRANSPORT_COLUMNS),
-                                       KAFKA_SOURCE, target, batch_id=batch_label)
+                result = apply_changes(
+                    flow,
+                    decoded.drop(*TRANSPORT_COLUMNS),
+                    KAFKA_SOURCE,
+                    target,
+                    batch_id=batch_label,
+                )
                 result.seconds_by_step = {"decode": decode_seconds, **result.seconds_by_step}
                 totals.add(batch_id, result, dead)
             finally:
@@ -200,15 +230,28 @@ def _offsets(text: str | None) -> dict[str, dict[str, int]] | None:
 class ProgressRecorder(StreamingQueryListener):
     """Writes the heartbeat and one progress line per batch of *one* named query."""
 
-    def __init__(self, settings: Settings, flow: Flow, layer: str, totals: StreamTotals,
-                 echo: bool = True):
+    def __init__(
+        self,
+        settings: Settings,
+        flow: Flow,
+        layer: str,
+        totals: StreamTotals,
+        echo: bool = True,
+        topic: str | None = None,
+    ):
         self.flow, self.layer, self.totals, self.echo = flow.name, layer, totals, echo
         self.name = heartbeat.query_name(flow.name, layer)
         self.beat_path = heartbeat.heartbeat_path(settings.home, flow.name, layer)
         self.log_path = heartbeat.progress_path(settings.home, flow.name, layer)
         self.query_id: str | None = None
-        self.beat: dict[str, Any] = {"flow": flow.name, "layer": layer, "pid": os.getpid(),
-                                     "state": "starting", "started_at": heartbeat.now_iso()}
+        self.beat: dict[str, Any] = {
+            "flow": flow.name,
+            "layer": layer,
+            "pid": os.getpid(),
+            "state": "starting",
+            "started_at": heartbeat.now_iso(),
+            "topic": topic or topic_for(flow),
+        }
 
     def _save(self, **changes: Any) -> None:
         self.beat.update(changes, last_seen=heartbeat.now_iso())
@@ -229,12 +272,17 @@ class ProgressRecorder(StreamingQueryListener):
         started_from = _offsets(source.startOffset) if source else None
         result = self.totals.last.get(p.batchId)
         record = {
-            "flow": self.flow, "layer": self.layer, "batch_id": p.batchId,
-            "timestamp": p.timestamp, "input_rows": p.numInputRows,
+            "flow": self.flow,
+            "layer": self.layer,
+            "batch_id": p.batchId,
+            "timestamp": p.timestamp,
+            "input_rows": p.numInputRows,
             "input_rows_per_second": p.inputRowsPerSecond,
             "processed_rows_per_second": p.processedRowsPerSecond,
-            "duration_ms": p.batchDuration, "latest_offsets": latest,
-            "start_offsets": started_from, "processed_offsets": processed,
+            "duration_ms": p.batchDuration,
+            "latest_offsets": latest,
+            "start_offsets": started_from,
+            "processed_offsets": processed,
             "lag": heartbeat.offsets_lag(latest, processed),
             "views_committed_at": result.views_committed_at if result else None,
             "seconds_by_step": result.seconds_by_step if result else None,
@@ -243,14 +291,24 @@ class ProgressRecorder(StreamingQueryListener):
             "late": result.late if result else None,
         }
         heartbeat.append_progress(self.log_path, record)
-        self._save(last_batch_id=p.batchId, last_batch_at=heartbeat.now_iso(),
-                   input_rows=p.numInputRows, processed_rows_per_second=p.processedRowsPerSecond,
-                   duration_ms=p.batchDuration, lag=record["lag"], latest_offsets=latest,
-                   processed_offsets=processed)
+        self._save(
+            last_batch_id=p.batchId,
+            last_batch_at=heartbeat.now_iso(),
+            input_rows=p.numInputRows,
+            processed_rows_per_second=p.processedRowsPerSecond,
+            duration_ms=p.batchDuration,
+            lag=record["lag"],
+            latest_offsets=latest,
+            processed_offsets=processed,
+        )
         if self.echo and p.numInputRows:
-            print(f"[stream] batch {p.batchId}: {p.numInputRows} events in "
-                  f"{p.batchDuration / 1000:.1f}s ({p.processedRowsPerSecond:,.0f}/s), "
-                  f"lag {record['lag']}", file=sys.stderr, flush=True)
+            print(
+                f"[stream] batch {p.batchId}: {p.numInputRows} events in "
+                f"{p.batchDuration / 1000:.1f}s ({p.processedRowsPerSecond:,.0f}/s), "
+                f"lag {record['lag']}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def onQueryIdle(self, event) -> None:  # type: ignore[no-untyped-def]
         if str(event.id) == self.query_id:
@@ -259,8 +317,9 @@ class ProgressRecorder(StreamingQueryListener):
     def onQueryTerminated(self, event) -> None:  # type: ignore[no-untyped-def]
         if str(event.id) == self.query_id:
             lines = (event.exception or "").strip().splitlines()
-            self._save(state="failed" if lines else "stopped",
-                       error=lines[0][:500] if lines else None)
+            self._save(
+                state="failed" if lines else "stopped", error=lines[0][:500] if lines else None
+            )
 
 
 # ---- running ------------------------------------------------------------------------------
@@ -279,10 +338,19 @@ def checkpoint_path(settings: Settings, flow: Flow, layer: str) -> str:
     return str(settings.checkpoints / heartbeat.query_name(flow.name, layer))
 
 
-def run_stream(spark: SparkSession, settings: Settings, flow: Flow, layer: str = "stream", *,
-               trigger: str = "1 second", available_now: bool = False, topic: str | None = None,
-               handle_signals: bool = True, echo: bool = True,
-               stop: GracefulStop | None = None) -> StreamRun:
+def run_stream(
+    spark: SparkSession,
+    settings: Settings,
+    flow: Flow,
+    layer: str = "stream",
+    *,
+    trigger: str = "1 second",
+    available_now: bool = False,
+    topic: str | None = None,
+    handle_signals: bool = True,
+    echo: bool = True,
+    stop: GracefulStop | None = None,
+) -> StreamRun:
     """Run the flow's streaming query until it finishes (available-now) or is stopped."""
     from confluent_kafka import KafkaException
 
@@ -295,12 +363,13 @@ def run_stream(spark: SparkSession, settings: Settings, flow: Flow, layer: str =
     except KafkaException as exc:
         raise StreamError(
             f"cannot reach Kafka at {settings.kafka_bootstrap_servers} ({exc.args[0]}); start "
-            "the local broker with `streamshift kafka start`") from None
-    target = Target.open(spark, settings, flow, layer)
+            "the local broker with `streamshift kafka start`"
+        ) from None
+    target = Target.open(spark, settings, flow, layer).create_tables()
     totals = StreamTotals()
     stop = stop or GracefulStop()
     name = heartbeat.query_name(flow.name, layer)
-    recorder = ProgressRecorder(settings, flow, layer, totals, echo)
+    recorder = ProgressRecorder(settings, flow, layer, totals, echo, topic)
     spark.streams.addListener(recorder)
     source = (
         spark.readStream.format("kafka")
@@ -315,20 +384,29 @@ def run_stream(spark: SparkSession, settings: Settings, flow: Flow, layer: str =
         .foreachBatch(batch_writer(settings, flow, target, dlq, name, totals, stop))
         .option("checkpointLocation", checkpoint_path(settings, flow, layer))
     )
-    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
-        processingTime=trigger)
+    writer = (
+        writer.trigger(availableNow=True)
+        if available_now
+        else writer.trigger(processingTime=trigger)
+    )
     previous = _install_signal_handlers(stop) if handle_signals else {}
     try:
         query = writer.start()
         if echo:
-            print(f"[stream] {name}: {topic} → {layer} layer "
-                  f"({'available-now' if available_now else 'trigger ' + trigger}), "
-                  f"checkpoint {checkpoint_path(settings, flow, layer)}", file=sys.stderr, flush=True)
+            print(
+                f"[stream] {name}: {topic} → {layer} layer "
+                f"({'available-now' if available_now else 'trigger ' + trigger}), "
+                f"checkpoint {checkpoint_path(settings, flow, layer)}",
+                file=sys.stderr,
+                flush=True,
+            )
         _wait(query, stop)
         error = query.exception()
         if error is not None and not stop.requested.is_set():
-            raise StreamError(f"streaming query {name} failed: {str(error).splitlines()[0]}; "
-                              "restart it — it resumes from its checkpoint")
+            raise StreamError(
+                f"streaming query {name} failed: {str(error).splitlines()[0]}; "
+                "restart it — it resumes from its checkpoint"
+            )
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -365,8 +443,11 @@ def _install_signal_handlers(stop: GracefulStop) -> dict[int, Any]:
         return {}
 
     def request_stop(signum, frame) -> None:  # type: ignore[no-untyped-def]
-        print(f"[stream] {signal.Signals(signum).name}: finishing the batch in flight, then "
-              "stopping", file=sys.stderr, flush=True)
+        print(
+            f"[stream] {signal.Signals(signum).name}: finishing the batch in flight, then stopping",
+            file=sys.stderr,
+            flush=True,
+        )
         stop.requested.set()
 
     previous: dict[int, Any] = {}

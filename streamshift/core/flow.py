@@ -1,7 +1,7 @@
 """The flow spec: everything a flow declares once and both batch and stream use.
 
 A flow module in ``flows/`` builds one :class:`Flow`. Nothing here reads or writes data;
-the write path (:mod:`streamshift.writepath`) drives the flow's pure functions.
+the write path (:mod:`streamshift.write.apply`) drives the flow's pure functions.
 """
 
 from __future__ import annotations

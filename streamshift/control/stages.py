@@ -6,9 +6,7 @@ A promotion to ``stream`` or ``kappa`` needs reconciliation evidence: the last N
 dates reconciled stream-vs-batch (``parity``) must all be clean. ``--force`` overrides the
 gate but needs a reason, and records it. Demotion is always allowed, and recorded.
 
-The serving read follows the stage: ``batch`` serves the batch layer; ``shadow`` serves the
-batch layer for business dates an EOD run has closed and the stream layer for later ones
-(the Lambda merge); ``stream`` and ``kappa`` serve the stream layer.
+What readers are served in each stage is :mod:`streamshift.control.serving`.
 """
 
 from __future__ import annotations
@@ -22,20 +20,17 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streamshift.errors import StreamshiftError
-from streamshift.flow import Flow
-from streamshift.reconcile import latest_runs, parity_by_date
-from streamshift.tables import LayerTables, ensure_table, read
+from streamshift.control.recon import latest_runs, parity_by_date
+from streamshift.core.catalog import STAGE_CHANGES_SCHEMA, ControlTables
+from streamshift.core.errors import StreamshiftError
+from streamshift.core.flow import Flow
+from streamshift.write.target import read_or_empty
 
 if TYPE_CHECKING:
-    from streamshift.settings import Settings
+    from streamshift.core.settings import Settings
 
 STAGES = ("batch", "shadow", "stream", "kappa")
 GATED = ("stream", "kappa")
-STAGE_CHANGES_SCHEMA = (
-    "flow STRING, from_stage STRING, to_stage STRING, changed_at TIMESTAMP, changed_by STRING, "
-    "forced BOOLEAN, reason STRING, evidence STRING"
-)
 
 
 class PromotionRefused(StreamshiftError):
@@ -43,12 +38,14 @@ class PromotionRefused(StreamshiftError):
 
 
 def stage_changes_path(settings: Settings) -> str:
-    return str(settings.warehouse / "control" / "stage_changes")
+    return ControlTables(settings.warehouse).stage_changes
 
 
 def _changes(spark: SparkSession, settings: Settings, flow: Flow) -> DataFrame:
-    ensure_table(spark, stage_changes_path(settings), STAGE_CHANGES_SCHEMA)
-    return read(spark, stage_changes_path(settings)).where(F.col("flow") == flow.name)
+    """The flow's recorded stage changes (none before the first promotion)."""
+    return read_or_empty(spark, stage_changes_path(settings), STAGE_CHANGES_SCHEMA).where(
+        F.col("flow") == flow.name
+    )
 
 
 def stage_history(spark: SparkSession, settings: Settings, flow: Flow) -> list[dict[str, Any]]:
@@ -74,11 +71,15 @@ class Evidence:
         return len(self.dates) >= self.window and not self.unclean
 
     def problems(self) -> list[str]:
-        out = [f"{d['business_date']} had {d['breaks']} breaks (run {d['run_id']})"
-               for d in self.unclean]
+        out = [
+            f"{d['business_date']} had {d['breaks']} breaks (run {d['run_id']})"
+            for d in self.unclean
+        ]
         if len(self.dates) < self.window:
-            out.append(f"only {len(self.dates)} of the {self.window} business dates needed have "
-                       "been reconciled")
+            out.append(
+                f"only {len(self.dates)} of the {self.window} business dates needed have "
+                "been reconciled"
+            )
         return out
 
     def as_json(self) -> str:
@@ -88,7 +89,9 @@ class Evidence:
 def promotion_evidence(spark: SparkSession, settings: Settings, flow: Flow) -> Evidence:
     """The latest parity reconciliation of each of the last N reconciled business dates."""
     per_date = parity_by_date(latest_runs(spark, settings, flow))
-    rows = per_date.orderBy(F.col("business_date").desc()).limit(settings.promotion_window).collect()
+    rows = (
+        per_date.orderBy(F.col("business_date").desc()).limit(settings.promotion_window).collect()
+    )
     return Evidence(settings.promotion_window, [r.asDict() for r in rows])
 
 
@@ -111,22 +114,32 @@ class StageChange:
         return text
 
 
-def promote(spark: SparkSession, settings: Settings, flow: Flow, to: str, *,
-            force: bool = False, reason: str | None = None, by: str | None = None) -> StageChange:
+def promote(
+    spark: SparkSession,
+    settings: Settings,
+    flow: Flow,
+    to: str,
+    *,
+    force: bool = False,
+    reason: str | None = None,
+    by: str | None = None,
+) -> StageChange:
     """Move ``flow`` to stage ``to``; raises :class:`PromotionRefused` saying why not."""
     if to not in STAGES:
         raise PromotionRefused(f"unknown stage {to!r}; stages are {', '.join(STAGES)}")
     if force and not (reason and reason.strip()):
-        raise PromotionRefused("--force needs --reason TEXT: a forced promotion is recorded "
-                               "with who forced it and why")
+        raise PromotionRefused(
+            "--force needs --reason TEXT: a forced promotion is recorded with who forced it and why"
+        )
     now = current_stage(spark, settings, flow)
     if to == now:
         raise PromotionRefused(f"{flow.name} is already in stage {now}")
     promoting = STAGES.index(to) > STAGES.index(now)
     if promoting and STAGES.index(to) != STAGES.index(now) + 1:
         step = STAGES[STAGES.index(now) + 1]
-        raise PromotionRefused(f"{flow.name} is in stage {now}; promote one stage at a time "
-                               f"(next: {step})")
+        raise PromotionRefused(
+            f"{flow.name} is in stage {now}; promote one stage at a time (next: {step})"
+        )
     evidence = promotion_evidence(spark, settings, flow) if promoting and to in GATED else None
     if evidence is not None and not evidence.sufficient and not force:
         raise PromotionRefused(
@@ -134,12 +147,24 @@ def promote(spark: SparkSession, settings: Settings, flow: Flow, to: str, *,
             f"reconciled business dates clean (stream vs batch); "
             + "; ".join(evidence.problems())
             + ". Reconcile more dates (streamshift reconcile) or, if you must, pass "
-            "--force --reason TEXT")
+            "--force --reason TEXT"
+        )
     change = StageChange(flow.name, now, to, force, reason, evidence)
-    row = [(flow.name, now, to, dt.datetime.now(dt.UTC).replace(tzinfo=None), by or _user(),
-            force, reason, evidence.as_json() if evidence else None)]
+    row = [
+        (
+            flow.name,
+            now,
+            to,
+            dt.datetime.now(dt.UTC).replace(tzinfo=None),
+            by or _user(),
+            force,
+            reason,
+            evidence.as_json() if evidence else None,
+        )
+    ]
     spark.createDataFrame(row, STAGE_CHANGES_SCHEMA).write.format("delta").mode("append").save(
-        stage_changes_path(settings))
+        stage_changes_path(settings)
+    )
     return change
 
 
@@ -148,35 +173,3 @@ def _user() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return "unknown"
-
-
-# ---- serving --------------------------------------------------------------------------------
-def serving_layer(stage: str, business_date: dt.date, closed: set[dt.date]) -> str:
-    """Which layer serves ``business_date`` in ``stage``."""
-    if stage == "batch":
-        return "batch"
-    if stage == "shadow":
-        return "batch" if business_date in closed else "stream"
-    return "stream"
-
-
-def serving_frame(spark: SparkSession, settings: Settings, flow: Flow, table: str,
-                  business_date: dt.date | None = None) -> DataFrame:
-    """A view (or ``current``) as readers should see it in the flow's stage."""
-    from streamshift.writepath import Target
-
-    stage = current_stage(spark, settings, flow)
-    closed = Target.open(spark, settings, flow, "batch").closed_dates()
-
-    def frame(layer: str) -> DataFrame:
-        tables = LayerTables(settings.warehouse, flow, layer)
-        return read(spark, tables.current if table == "current" else tables.view(table))
-
-    bd = F.col(flow.business_date)
-    if business_date is not None:
-        return frame(serving_layer(stage, business_date, closed)).where(bd == F.lit(business_date))
-    if stage == "shadow":
-        closed_list = sorted(closed)
-        return frame("batch").where(bd.isin(closed_list)).unionByName(
-            frame("stream").where(~bd.isin(closed_list)))
-    return frame("batch" if stage == "batch" else "stream")

@@ -27,7 +27,7 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
-from streamshift.settings import Settings
+from streamshift.core.settings import Settings
 
 BATCH_DATE = dt.date(2026, 11, 19)  # loaded in stage batch
 DEMO_DATE = dt.date(2026, 11, 20)  # the first shadow day, streamed as it happens
@@ -54,12 +54,16 @@ def _business_days(start: dt.date, n: int) -> list[dt.date]:
 def run_demo(settings: Settings, trades: int = DEMO_TRADES) -> int:
     from streamshift.spark import get_spark
 
-    settings = dataclasses.replace(settings, home=settings.home / "demo",
-                                   promotion_window=DEMO_WINDOW)
+    settings = dataclasses.replace(
+        settings, home=settings.home / "demo", promotion_window=DEMO_WINDOW
+    )
     shutil.rmtree(settings.home, ignore_errors=True)
     settings.home.mkdir(parents=True)
-    print(f"demo data under {settings.home} (emptied first); Spark {settings.spark_master}",
-          file=sys.stderr, flush=True)
+    print(
+        f"demo data under {settings.home} (emptied first); Spark {settings.spark_master}",
+        file=sys.stderr,
+        flush=True,
+    )
     spark = get_spark(settings, app_name="streamshift-demo")
     demo = _Demo(spark, settings, trades)
     demo.batch_stage()
@@ -70,28 +74,34 @@ def run_demo(settings: Settings, trades: int = DEMO_TRADES) -> int:
 
 class _Demo:
     def __init__(self, spark, settings: Settings, trades: int) -> None:  # type: ignore[no-untyped-def]
-        from streamshift.registry import get_flow
-        from streamshift.writepath import Target
+        from streamshift.core.registry import get_flow
+        from streamshift.write.target import Target
 
         self.spark, self.settings, self.trades = spark, settings, trades
         self.flow = get_flow("trades")
-        self.batch = Target.open(spark, settings, self.flow, "batch")
-        self.stream = Target.open(spark, settings, self.flow, "stream")
+        self.batch = Target.open(spark, settings, self.flow, "batch").create_tables()
+        self.stream = Target.open(spark, settings, self.flow, "stream").create_tables()
         self.files: dict[dt.date, Any] = {}
         self.produced = 0
         self.job: subprocess.Popen[bytes] | None = None
 
     # ---- helpers ------------------------------------------------------------------------
     def day_files(self, day: dt.date, trades: int):  # type: ignore[no-untyped-def]
-        from streamshift.generate import generate_day
+        from streamshift.core.registry import get_generator
 
+        generate_day = get_generator(self.flow.name)
         if day not in self.files:
-            self.files[day] = generate_day(day, trades, self.settings.home / "files" / str(day),
-                                           seed=day.toordinal(), progress=trades > 5000)
+            self.files[day] = generate_day(
+                day,
+                trades,
+                self.settings.home / "files" / str(day),
+                seed=day.toordinal(),
+                progress=trades > 5000,
+            )
         return self.files[day]
 
     def produce(self, rows) -> None:  # type: ignore[no-untyped-def]
-        from streamshift.produce import produce_rows
+        from streamshift.sources.produce import produce_rows
 
         result = produce_rows(self.settings, self.flow, rows, topic=TOPIC, progress=False)
         if result.failed:
@@ -100,7 +110,7 @@ class _Demo:
         print(result.describe())
 
     def beat(self) -> dict:  # type: ignore[type-arg]
-        from streamshift.heartbeat import read_heartbeat
+        from streamshift.core.heartbeat import read_heartbeat
 
         return read_heartbeat(self.settings.home, "trades", "stream")
 
@@ -112,34 +122,40 @@ class _Demo:
             if beat.get("pid") == self.job.pid and done(beat):
                 return
             if self.job.poll() is not None:
-                raise RuntimeError(f"the stream job exited (code {self.job.returncode}); see "
-                                   f"{self.settings.home / 'logs' / 'stream-trades.log'}")
+                raise RuntimeError(
+                    f"the stream job exited (code {self.job.returncode}); see "
+                    f"{self.settings.home / 'logs' / 'stream-trades.log'}"
+                )
             if time.monotonic() - last_print > 10:
                 last_print = time.monotonic()
-                print(f"  ... waiting for {what} (last batch {beat.get('last_batch_id')})",
-                      flush=True)
+                print(
+                    f"  ... waiting for {what} (last batch {beat.get('last_batch_id')})", flush=True
+                )
             time.sleep(0.5)
         raise RuntimeError(f"timed out waiting for {what}")
 
     def caught_up(self) -> None:
-        from streamshift.heartbeat import processed_events
+        from streamshift.core.heartbeat import processed_events
 
-        self.wait_for(lambda b: processed_events(b, TOPIC) >= self.produced,
-                      "the stream to catch up")
+        self.wait_for(
+            lambda b: processed_events(b, TOPIC) >= self.produced, "the stream to catch up"
+        )
 
     def eod_and_reconcile(self, day: dt.date, eod_file) -> None:  # type: ignore[no-untyped-def]
-        from streamshift.batch import run_eod
-        from streamshift.recon_jobs import reconcile_date
+        from streamshift.jobs.eod import run_eod
+        from streamshift.jobs.reconcile import reconcile_date
 
         print(run_eod(self.spark, self.batch, day, eod_file).describe())
         for result in reconcile_date(self.spark, self.settings, self.flow, day):
             print(f"  reconcile: {result.describe()}")
             for b in result.worst[:4]:
-                print(f"     {b['kind']:14} {b['key']} {b['column'] or ''} "
-                      f"{b['left_value']} → {b['right_value']}")
+                print(
+                    f"     {b['kind']:14} {b['key']} {b['column'] or ''} "
+                    f"{b['left_value']} → {b['right_value']}"
+                )
 
     def promote(self, to: str) -> bool:
-        from streamshift.stages import PromotionRefused, promote
+        from streamshift.control.stages import PromotionRefused, promote
 
         try:
             change = promote(self.spark, self.settings, self.flow, to, by="demo")
@@ -150,47 +166,58 @@ class _Demo:
         return True
 
     def print_rows(self, df) -> None:  # type: ignore[no-untyped-def]
-        from streamshift.show import format_table
+        from streamshift.core.formatting import format_table
 
         rows = [["" if v is None else str(v) for v in r] for r in df.collect()]
         print(format_table(df.columns, rows), end="")
 
     # ---- stage batch ----------------------------------------------------------------------
     def batch_stage(self) -> None:
-        from streamshift.batch import run_eod
-        from streamshift.tables import read
+        from streamshift.jobs.eod import run_eod
+        from streamshift.write.target import read
 
         _say(f"stage batch: generating {self.trades} trades for {BATCH_DATE}")
         files = self.day_files(BATCH_DATE, self.trades)
-        for title, path in (("the day's EOD file", files.eod),
-                            ("the corrections (delta) file", files.corrections),
-                            ("a file of poison rows", files.poison)):
+        for title, path in (
+            ("the day's EOD file", files.eod),
+            ("the corrections (delta) file", files.corrections),
+            ("a file of poison rows", files.poison),
+        ):
             _say(f"stage batch: loading {title}")
             print(run_eod(self.spark, self.batch, BATCH_DATE, path).describe())
 
         _say(f"positions for {BATCH_DATE}, largest 10 by gross notional (batch layer)")
         positions = read(self.spark, self.batch.tables.view("positions")).where(
-            F.col("business_date") == F.lit(BATCH_DATE))
+            F.col("business_date") == F.lit(BATCH_DATE)
+        )
         self.print_rows(positions.orderBy(F.col("gross_notional_usd").desc()).limit(10))
-        totals = positions.agg(F.count("*").alias("n"), F.sum("trade_count").alias("trades"),
-                               F.sum("gross_notional_usd").alias("gross")).first()
+        totals = positions.agg(
+            F.count("*").alias("n"),
+            F.sum("trade_count").alias("trades"),
+            F.sum("gross_notional_usd").alias("gross"),
+        ).first()
         assert totals is not None  # an aggregate always has a row
-        print(f"{totals.n} positions over {totals.trades} live trades, gross {totals.gross:,.2f} USD")
+        print(
+            f"{totals.n} positions over {totals.trades} live trades, gross {totals.gross:,.2f} USD"
+        )
         _say("quarantine summary (rows rejected, by rule)")
-        self.print_rows(read(self.spark, self.batch.tables.quarantine)
-                        .groupBy("rule").count().orderBy("rule"))
+        self.print_rows(
+            read(self.spark, self.batch.tables.quarantine).groupBy("rule").count().orderBy("rule")
+        )
 
     # ---- broker and stream job ----------------------------------------------------------
     def with_stream(self, body) -> None:  # type: ignore[no-untyped-def]
-        from streamshift.kafka import LocalBroker
+        from streamshift.local.broker import LocalBroker
 
         broker = LocalBroker.from_settings(self.settings)
         _say(f"starting the local Kafka broker on {broker.bootstrap}")
         started_broker = broker.start()
-        print(f"Kafka broker {broker.status().describe()}"
-              + ("" if started_broker else " (already running; left running at the end)"))
+        print(
+            f"Kafka broker {broker.status().describe()}"
+            + ("" if started_broker else " (already running; left running at the end)")
+        )
         try:
-            from streamshift.kafka import admin_client
+            from streamshift.sources.kafka import admin_client
 
             if TOPIC in admin_client(self.settings).list_topics(timeout=10).topics:
                 admin_client(self.settings).delete_topics([TOPIC])[TOPIC].result(60)
@@ -213,21 +240,38 @@ class _Demo:
     def start_stream_job(self) -> None:
         log = self.settings.home / "logs" / "stream-trades.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "STREAMSHIFT_HOME": str(self.settings.home),
-               "STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS": self.settings.kafka_bootstrap_servers}
-        _say(f"starting the streaming job: streamshift stream --flow trades --topic {TOPIC} "
-             f"(log: {log})")
+        env = {
+            **os.environ,
+            "STREAMSHIFT_HOME": str(self.settings.home),
+            "STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS": self.settings.kafka_bootstrap_servers,
+        }
+        _say(
+            f"starting the streaming job: streamshift stream --flow trades --topic {TOPIC} "
+            f"(log: {log})"
+        )
         with open(log, "ab") as out:
             self.job = subprocess.Popen(
-                [sys.executable, "-m", "streamshift.cli", "stream", "--flow", "trades",
-                 "--topic", TOPIC], env=env, stdout=out, stderr=subprocess.STDOUT)
+                [
+                    sys.executable,
+                    "-m",
+                    "streamshift.cli",
+                    "stream",
+                    "--flow",
+                    "trades",
+                    "--topic",
+                    TOPIC,
+                ],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         self.wait_for(lambda b: b.get("state") == "running", "the streaming query to start", 180)
         print("streaming query running")
 
     # ---- stages shadow and stream -------------------------------------------------------
     def shadow_and_stream_stages(self) -> None:
-        from streamshift.produce import read_rows
-        from streamshift.tables import read
+        from streamshift.sources.produce import read_rows
+        from streamshift.write.target import read
 
         _say("promoting trades to stage shadow: the stream layer is written alongside the batch")
         self.promote("shadow")
@@ -237,18 +281,23 @@ class _Demo:
         self.produce(read_rows(files.eod, self.flow))
         self.caught_up()
 
-        correction = next(r for r in read_rows(files.corrections, self.flow)
-                          if r["event_type"] == "AMEND")
-        group = ((F.col("business_date") == F.lit(correction["business_date"]))
-                 & (F.col("book") == F.lit(correction["book"]))
-                 & (F.col("instrument") == F.lit(correction["instrument"])))
+        correction = next(
+            r for r in read_rows(files.corrections, self.flow) if r["event_type"] == "AMEND"
+        )
+        group = (
+            (F.col("business_date") == F.lit(correction["business_date"]))
+            & (F.col("book") == F.lit(correction["book"]))
+            & (F.col("instrument") == F.lit(correction["instrument"]))
+        )
 
         def position():  # type: ignore[no-untyped-def]
             return read(self.spark, self.stream.tables.view("positions")).where(group)
 
-        _say(f"one correction on Kafka: {correction['trade_id']} v{correction['version']} AMEND "
-             f"({correction['side']} {correction['quantity']} {correction['instrument']} in "
-             f"{correction['book']}); its position before:")
+        _say(
+            f"one correction on Kafka: {correction['trade_id']} v{correction['version']} AMEND "
+            f"({correction['side']} {correction['quantity']} {correction['instrument']} in "
+            f"{correction['book']}); its position before:"
+        )
         before = position().collect()
         self.print_rows(position())
         sent = time.monotonic()
@@ -264,8 +313,8 @@ class _Demo:
         self.produce(read_rows(files.corrections, self.flow))
         self.produce(read_rows(files.poison, self.flow))
         self.caught_up()
-        from streamshift.batch import run_eod
-        from streamshift.recon_jobs import reconcile_date
+        from streamshift.jobs.eod import run_eod
+        from streamshift.jobs.reconcile import reconcile_date
 
         _say(f"end of {DEMO_DATE}: the EOD files load the batch layer; stream vs batch")
         for path in (files.eod, files.corrections, files.poison):
@@ -278,7 +327,9 @@ class _Demo:
         for day in days[:4]:
             rows = read_rows(self.day_files(day, LATER_DAY_TRADES).eod, self.flow)
             gap = " — the stream misses 3 trades today" if day == gap_day else ""
-            _say(f"stage shadow, {day}: the day on Kafka, then the EOD load and reconciliation{gap}")
+            _say(
+                f"stage shadow, {day}: the day on Kafka, then the EOD load and reconciliation{gap}"
+            )
             self.produce(rows[3:] if day == gap_day else rows)
             self.caught_up()
             self.eod_and_reconcile(day, self.files[day].eod)
@@ -290,26 +341,31 @@ class _Demo:
         d5 = days[4]
         rows = read_rows(self.day_files(d5, LATER_DAY_TRADES).eod, self.flow)
         lost = rows[7]
-        _say(f"stage stream, {d5}: the stream misses trade {lost['trade_id']}; the EOD run "
-             "reconciles the EOD file against the stream layer and corrects it")
+        _say(
+            f"stage stream, {d5}: the stream misses trade {lost['trade_id']}; the EOD run "
+            "reconciles the EOD file against the stream layer and corrects it"
+        )
         self.produce([r for r in rows if r is not lost])
         self.caught_up()
-        from streamshift.recon_jobs import eod_correct
+        from streamshift.jobs.reconcile import run_reconcile
 
-        eod_file = self.files[d5].eod
-        for result in reconcile_date(self.spark, self.settings, self.flow, d5, eod_file=eod_file,
-                                     parity=False):
-            print(f"  reconcile: {result.describe()}")
-        print(f"  EOD correction: {eod_correct(self.spark, self.settings, self.flow, d5, eod_file).describe()}")
-        for result in reconcile_date(self.spark, self.settings, self.flow, d5, eod_file=eod_file,
-                                     parity=False):
-            print(f"  reconcile again: {result.describe()}")
+        run = run_reconcile(
+            self.spark,
+            self.settings,
+            self.flow,
+            d5,
+            eod_file=self.files[d5].eod,
+            parity=False,
+            correct=True,
+        )
+        for line in run.describe(worst=4).splitlines():
+            print(f"  {line}")
 
-        from streamshift.heartbeat import read_status
+        from streamshift.core.heartbeat import read_status
 
         for status in read_status(self.settings.home, self.settings):
             print(f"streamshift status: {status.describe()}")
-        from streamshift.report import write_report
+        from streamshift.control.report import write_report
 
         self.report = write_report(self.spark, self.settings, self.flow, d5)
         self.last_day = d5
@@ -321,7 +377,9 @@ class _Demo:
         env = f"STREAMSHIFT_HOME={self.settings.home}"
         _say("try it yourself")
         print(f"  {env} .venv/bin/streamshift stage --flow trades")
-        print(f"  {env} .venv/bin/streamshift show --flow trades --view positions --layer serving "
-              f"--date {self.last_day}")
+        print(
+            f"  {env} .venv/bin/streamshift show --flow trades --view positions --layer serving "
+            f"--date {self.last_day}"
+        )
         print(f"  {env} .venv/bin/streamshift report --flow trades --date {DEMO_DATE}")
         print(f"  {env} .venv/bin/streamshift status")

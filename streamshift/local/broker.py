@@ -1,9 +1,8 @@
-"""Kafka for streamshift: the embedded single-node broker and topic administration.
+"""The embedded single-node Kafka broker of the local stack.
 
 The broker is Apache Kafka in KRaft mode (broker + controller in one JVM) run from the jars
 that ``scripts/setup`` fetched, listening on 127.0.0.1 only, its data under
-``STREAMSHIFT_HOME/kafka``. Topics are created through confluent-kafka's AdminClient with
-partitions and retention from settings.
+``STREAMSHIFT_HOME/kafka``. Topic administration lives in :mod:`streamshift.sources.kafka`.
 """
 
 from __future__ import annotations
@@ -11,48 +10,19 @@ from __future__ import annotations
 import base64
 import os
 import signal
-import socket
 import subprocess
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from streamshift.errors import StreamshiftError
-from streamshift.settings import Settings
+from streamshift.core.errors import StreamshiftError
+from streamshift.core.processes import pid_alive, port_open
+from streamshift.core.settings import Settings
 
 
 class BrokerError(StreamshiftError):
     """The local broker could not be started, reached or stopped."""
-
-
-def _port_open(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex((host, port)) == 0
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child still answers kill(0); look at its state.
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except OSError:
-        return True
-    return state != "Z"
 
 
 @dataclass(frozen=True)
@@ -132,8 +102,10 @@ class LocalBroker:
                 "process.roles=broker,controller",
                 "node.id=1",
                 f"controller.quorum.bootstrap.servers=127.0.0.1:{self.controller_port}",
-                (f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
-                 f"CONTROLLER://127.0.0.1:{self.controller_port}"),
+                (
+                    f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
+                    f"CONTROLLER://127.0.0.1:{self.controller_port}"
+                ),
                 f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
                 "controller.listener.names=CONTROLLER",
                 "inter.broker.listener.name=PLAINTEXT",
@@ -212,7 +184,7 @@ class LocalBroker:
         """Start the broker and wait until it serves requests. False if it already ran."""
         if self.status().running:
             return False
-        if _port_open(self.port) or _port_open(self.controller_port):
+        if port_open(self.port) or port_open(self.controller_port):
             raise BrokerError(
                 f"port {self.port} or {self.controller_port} on 127.0.0.1 is taken by another "
                 "process; stop it or set STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS to another port"
@@ -237,7 +209,7 @@ class LocalBroker:
                     f"the broker exited with code {process.returncode}; see {self.log_file}:\n"
                     + _tail(self.log_file)
                 )
-            if _port_open(self.port) and self._answers():
+            if port_open(self.port) and self._answers():
                 return True
             time.sleep(0.5)
         self.stop()
@@ -284,47 +256,3 @@ def _tail(path: Path, lines: int = 20) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
-
-
-# ---- topics --------------------------------------------------------------------------
-def admin_client(settings: Settings):  # type: ignore[no-untyped-def]
-    from confluent_kafka.admin import AdminClient
-
-    config: dict[str, Any] = dict(settings.kafka_client_config())
-    return AdminClient(config)
-
-
-def ensure_topic(settings: Settings, name: str, partitions: int | None = None) -> bool:
-    """Create ``name`` with partitions and retention from settings. False if it existed."""
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import NewTopic
-
-    admin = admin_client(settings)
-    if name in admin.list_topics(timeout=10).topics:
-        return False
-    topic = NewTopic(
-        name,
-        num_partitions=partitions or settings.kafka_topic_partitions,
-        replication_factor=settings.kafka_replication_factor,
-        config={"retention.ms": str(settings.kafka_retention_ms)},
-    )
-    try:
-        admin.create_topics([topic], operation_timeout=30)[name].result(timeout=60)
-    except KafkaException as exc:
-        if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
-            return False
-        raise
-    return True
-
-
-def producer_config(settings: Settings) -> dict[str, object]:
-    """Idempotent, acks=all producer settings (no duplicates or reordering on retry)."""
-    return {
-        **settings.kafka_client_config(),
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 20,
-        "compression.type": "lz4",
-        # librdkafka warns while a fresh broker loads its coordinator; errors still show.
-        "log_level": 3,
-    }

@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from streamshift.eodfile import check_file
-from streamshift.errors import StreamshiftError
-from streamshift.events import encode_event, topic_for
-from streamshift.flow import Flow
-from streamshift.kafka import ensure_topic, producer_config
+from streamshift.core.errors import StreamshiftError
+from streamshift.core.flow import Flow
+from streamshift.sources.eodfile import check_file
+from streamshift.sources.events import encode_event, topic_for
+from streamshift.sources.kafka import ensure_topic, producer_config
 
 if TYPE_CHECKING:
-    from streamshift.settings import Settings
+    from streamshift.core.settings import Settings
 
 
 class ProduceError(StreamshiftError):
@@ -38,8 +38,10 @@ class ProduceResult:
 
     def describe(self) -> str:
         rate = self.acknowledged / self.seconds if self.seconds else 0.0
-        text = (f"{self.acknowledged} of {self.sent} events acknowledged by {self.topic} "
-                f"in {self.seconds:.1f}s ({rate:,.0f}/s)")
+        text = (
+            f"{self.acknowledged} of {self.sent} events acknowledged by {self.topic} "
+            f"in {self.seconds:.1f}s ({rate:,.0f}/s)"
+        )
         if self.failed:
             text += f"; {self.failed} NOT delivered, first error: {self.errors[0]}"
         return text
@@ -54,9 +56,16 @@ def read_rows(path: Path, flow: Flow) -> list[dict[str, str]]:
         return [row for row in reader if any((v or "").strip() for v in row.values())]
 
 
-def produce_rows(settings: Settings, flow: Flow, rows: list[dict[str, str]], *,
-                 topic: str | None = None, rate: float = 0.0, progress: bool = True,
-                 on_sent=None) -> ProduceResult:  # type: ignore[no-untyped-def]
+def produce_rows(
+    settings: Settings,
+    flow: Flow,
+    rows: list[dict[str, str]],
+    *,
+    topic: str | None = None,
+    rate: float = 0.0,
+    progress: bool = True,
+    on_sent=None,
+) -> ProduceResult:  # type: ignore[no-untyped-def]
     """Send ``rows`` as events; ``on_sent(i, t)`` is called with each row's send time."""
     from confluent_kafka import KafkaException, Producer
 
@@ -102,8 +111,11 @@ def produce_rows(settings: Settings, flow: Flow, rows: list[dict[str, str]], *,
         now = time.monotonic()
         if progress and now - last_report >= 2:
             last_report = now
-            print(f"[produce] {result.sent}/{len(rows)} sent, {result.acknowledged} acknowledged",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[produce] {result.sent}/{len(rows)} sent, {result.acknowledged} acknowledged",
+                file=sys.stderr,
+                flush=True,
+            )
     remaining = producer.flush(60)
     if remaining:
         result.failed += remaining
@@ -112,10 +124,21 @@ def produce_rows(settings: Settings, flow: Flow, rows: list[dict[str, str]], *,
     return result
 
 
-def produce_file(settings: Settings, flow: Flow, path: Path, *, topic: str | None = None,
-                 rate: float = 0.0, progress: bool = True) -> ProduceResult:
+def produce_file(
+    settings: Settings,
+    flow: Flow,
+    path: Path,
+    *,
+    topic: str | None = None,
+    rate: float = 0.0,
+    progress: bool = True,
+) -> ProduceResult:
     rows = read_rows(path, flow)
     if progress:
-        print(f"[produce] {len(rows)} rows from {path} → {topic or topic_for(flow)} "
-              f"at {settings.kafka_bootstrap_servers}", file=sys.stderr, flush=True)
+        print(
+            f"[produce] {len(rows)} rows from {path} → {topic or topic_for(flow)} "
+            f"at {settings.kafka_bootstrap_servers}",
+            file=sys.stderr,
+            flush=True,
+        )
     return produce_rows(settings, flow, rows, topic=topic, rate=rate, progress=progress)

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from streamshift.errors import StreamshiftError
+from streamshift.core.errors import StreamshiftError
 
 PREFIX = "STREAMSHIFT_"
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # Read by scripts/setup (the shell), not by the kit: known, so never reported as unknown.
 SHELL_ONLY = {"STREAMSHIFT_PYTHON"}
@@ -137,6 +137,12 @@ class Settings:
     notional_tolerance: float = _setting(
         0.01, _float_non_negative, "absolute tolerance on notionals in reconciliation"
     )
+    airflow_port: int = _setting(
+        8080, _positive_int, "port of the local Airflow's API server and UI"
+    )
+    stream_stall_seconds: int = _setting(
+        300, _positive_int, "stream_supervisor restarts a stream whose heartbeat is older than this"
+    )
 
     # ---- derived locations ------------------------------------------------------------
     @property
@@ -214,7 +220,9 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
     """Build settings from the environment; raise :class:`SettingsError` naming the variable."""
     environ = os.environ if environ is None else environ
     known = {env_name(f.name): f for f in fields(Settings)}
-    unknown = sorted(k for k in environ if k.startswith(PREFIX) and k not in known.keys() | SHELL_ONLY)
+    unknown = sorted(
+        k for k in environ if k.startswith(PREFIX) and k not in known.keys() | SHELL_ONLY
+    )
     if unknown:
         raise SettingsError(
             f"unknown setting {', '.join(unknown)}; known settings are: {', '.join(sorted(known))}"

@@ -1,7 +1,7 @@
 """The reference flow: trades from a trading desk's end-of-day world.
 
 Declared once; the EOD batch loader and the Kafka streaming job both run exactly these
-rules, this enrichment and these views through ``streamshift.writepath.apply_changes``.
+rules, this enrichment and these views through ``streamshift.write.apply.apply_changes``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pyspark.sql.types import (
 )
 from pyspark.sql.window import Window
 
-from streamshift.flow import Flow, Reference, ReferenceTable, Rule, View
+from streamshift.core.flow import Flow, Reference, ReferenceTable, Rule, View
 
 REFERENCE_DIR = Path(__file__).parent / "reference"
 
@@ -153,12 +153,19 @@ FLOW = Flow(
         ),
     ),
     reference=(
-        ReferenceTable("books", REFERENCE_DIR / "books.csv",
-                       "book STRING, desk STRING, legal_entity STRING"),
-        ReferenceTable("instruments", REFERENCE_DIR / "instruments.csv",
-                       "instrument STRING, asset_class STRING, currency STRING"),
-        ReferenceTable("fx_rates", REFERENCE_DIR / "fx_rates.csv",
-                       "business_date DATE, currency STRING, rate_to_usd DECIMAL(18,8)"),
+        ReferenceTable(
+            "books", REFERENCE_DIR / "books.csv", "book STRING, desk STRING, legal_entity STRING"
+        ),
+        ReferenceTable(
+            "instruments",
+            REFERENCE_DIR / "instruments.csv",
+            "instrument STRING, asset_class STRING, currency STRING",
+        ),
+        ReferenceTable(
+            "fx_rates",
+            REFERENCE_DIR / "fx_rates.csv",
+            "business_date DATE, currency STRING, rate_to_usd DECIMAL(18,8)",
+        ),
     ),
     retraction_columns=("trade_id", "version", "business_date", "event_type"),
     retraction_values={"event_type": "CANCEL"},

@@ -29,8 +29,12 @@ DESK_ASSET_CLASSES = {
     "FX": ("FX_SPOT",),
     "TREASURY": ("GOVT_BOND",),
 }
-BASE_PRICE = {"EQUITY": (20, 900), "GOVT_BOND": (92, 104), "CREDIT_INDEX": (60, 110),
-              "FX_SPOT": (0.9, 1.4)}
+BASE_PRICE = {
+    "EQUITY": (20, 900),
+    "GOVT_BOND": (92, 104),
+    "CREDIT_INDEX": (60, 110),
+    "FX_SPOT": (0.9, 1.4),
+}
 
 Row = list[str]
 
@@ -54,7 +58,7 @@ def _read_reference(name: str) -> list[dict[str, str]]:
 
 
 def _zipf_weights(n: int, s: float = 1.1) -> list[float]:
-    return [1.0 / (k ** s) for k in range(1, n + 1)]
+    return [1.0 / (k**s) for k in range(1, n + 1)]
 
 
 class _Progress:
@@ -92,8 +96,9 @@ class TradingDay:
             names = [i["instrument"] for i in instruments if i["asset_class"] in classes]
             self.by_desk[desk] = names
         self.book_cum = list(itertools.accumulate(self.book_weights))
-        self.desk_cum = {d: list(itertools.accumulate(_zipf_weights(len(n))))
-                         for d, n in self.by_desk.items()}
+        self.desk_cum = {
+            d: list(itertools.accumulate(_zipf_weights(len(n)))) for d, n in self.by_desk.items()
+        }
         for inst in instruments:
             low, high = BASE_PRICE[inst["asset_class"]]
             self.price[inst["instrument"]] = self.rng.uniform(low, high)
@@ -105,8 +110,15 @@ class TradingDay:
         instrument = self.rng.choices(self.by_desk[desk], cum_weights=self.desk_cum[desk])[0]
         return book, instrument
 
-    def _trade(self, trade_id: str, version: int, event: str, day: dt.date | None = None,
-               book: str | None = None, instrument: str | None = None) -> Row:
+    def _trade(
+        self,
+        trade_id: str,
+        version: int,
+        event: str,
+        day: dt.date | None = None,
+        book: str | None = None,
+        instrument: str | None = None,
+    ) -> Row:
         rng = self.rng
         if book is None or instrument is None:
             book, instrument = self._pick_book_instrument()
@@ -114,9 +126,19 @@ class TradingDay:
         ts = dt.datetime.combine(day or self.date, dt.time()) + dt.timedelta(seconds=seconds)
         quantity = max(1, int(math.exp(rng.gauss(5.5, 1.3))))
         price = self.price[instrument] * (1 + rng.gauss(0, 0.01))
-        return [trade_id, str(version), event, str(day or self.date),
-                ts.strftime("%Y-%m-%dT%H:%M:%SZ"), book, instrument, rng.choice(("BUY", "SELL")),
-                str(quantity), f"{price:.6f}", self.currency[instrument]]
+        return [
+            trade_id,
+            str(version),
+            event,
+            str(day or self.date),
+            ts.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            book,
+            instrument,
+            rng.choice(("BUY", "SELL")),
+            str(quantity),
+            f"{price:.6f}",
+            self.currency[instrument],
+        ]
 
     def _cancel(self, trade_id: str, version: int, day: dt.date) -> Row:
         return [trade_id, str(version), "CANCEL", str(day)] + [""] * (len(COLUMNS) - 4)
@@ -130,8 +152,9 @@ class TradingDay:
             book = self.rng.choice(candidates)
             if instrument not in self.by_desk[self.desk[book]]:
                 instrument = self.rng.choice(self.by_desk[self.desk[book]])
-        amended = self._trade(row[0], int(row[1]) + 1, "AMEND",
-                              day or dt.date.fromisoformat(row[3]), book, instrument)
+        amended = self._trade(
+            row[0], int(row[1]) + 1, "AMEND", day or dt.date.fromisoformat(row[3]), book, instrument
+        )
         amended[7] = row[7]  # same side, new quantity/price
         return amended
 
@@ -174,8 +197,9 @@ class TradingDay:
             corrections.append(new)
         # A back-dated correction: one trade really belonged to the previous business day.
         previous = d - dt.timedelta(days=3 if d.weekday() == 0 else 1)
-        moved = next(t for t in ids if state[t][2] != "CANCEL"
-                     and t not in {c[0] for c in corrections})
+        moved = next(
+            t for t in ids if state[t][2] != "CANCEL" and t not in {c[0] for c in corrections}
+        )
         corrections.append(self._amend(state[moved], day=previous))
         for row in corrections:
             state[row[0]] = row
@@ -244,13 +268,17 @@ class TradingDay:
             net[keys[1]] -= 7
             del net[keys[2]]
         net[("FX-SPOT", "NZDUSD")] = 1_000_000
-        _write(path, ([str(self.date), b, i, str(q)] for (b, i), q in sorted(net.items())),
-               ["business_date", "book", "instrument", "net_quantity"])
+        _write(
+            path,
+            ([str(self.date), b, i, str(q)] for (b, i), q in sorted(net.items())),
+            ["business_date", "book", "instrument", "net_quantity"],
+        )
 
     def expected_poison_rules(self) -> list[str]:
         return [rule for rule, _ in self._poison_rows()]
 
 
-def generate_day(business_date: dt.date, n_trades: int, out_dir: Path, seed: int = 1,
-                 progress: bool = True) -> DayFiles:
+def generate_day(
+    business_date: dt.date, n_trades: int, out_dir: Path, seed: int = 1, progress: bool = True
+) -> DayFiles:
     return TradingDay(business_date, seed).write(out_dir, n_trades, progress)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streamshift.kafka import pid_alive
+from streamshift.core.processes import pid_alive
 
 
 def status_dir(home: Path) -> Path:
@@ -64,8 +64,9 @@ def processed_events(beat: dict[str, Any], topic: str | None = None) -> int:
     Equals the number of events only on a topic whose partitions start at offset 0.
     """
     offsets = beat.get("processed_offsets") or {}
-    return sum(sum(parts.values()) for name, parts in offsets.items()
-               if topic is None or name == topic)
+    return sum(
+        sum(parts.values()) for name, parts in offsets.items() if topic is None or name == topic
+    )
 
 
 def append_progress(path: Path, record: dict[str, Any]) -> None:
@@ -83,8 +84,9 @@ def read_progress(path: Path) -> Iterator[dict[str, Any]]:
                 yield json.loads(line)
 
 
-def offsets_lag(latest: dict[str, dict[str, int]] | None,
-                processed: dict[str, dict[str, int]] | None) -> int | None:
+def offsets_lag(
+    latest: dict[str, dict[str, int]] | None, processed: dict[str, dict[str, int]] | None
+) -> int | None:
     """Events behind: sum over partitions of latest offset minus processed offset."""
     if not latest:
         return None
@@ -114,9 +116,13 @@ class StreamStatus:
             state = f"not running ({b.get('state', 'unknown')})"
         parts = [f"{self.flow}/{self.layer}: {state}"]
         if b.get("last_batch_at"):
-            age = (dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(b["last_batch_at"])).total_seconds()
-            parts.append(f"last batch {b.get('last_batch_id')} at {b['last_batch_at']} ({age:.0f}s ago, "
-                         f"{b.get('input_rows', 0)} rows, {b.get('processed_rows_per_second', 0):,.0f} rows/s)")
+            age = (
+                dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(b["last_batch_at"])
+            ).total_seconds()
+            parts.append(
+                f"last batch {b.get('last_batch_id')} at {b['last_batch_at']} ({age:.0f}s ago, "
+                f"{b.get('input_rows', 0)} rows, {b.get('processed_rows_per_second', 0):,.0f} rows/s)"
+            )
         else:
             parts.append("no batch yet")
         if self.lag_now is not None:
@@ -136,12 +142,19 @@ def broker_lag(settings, beat: dict[str, Any]) -> int | None:  # type: ignore[no
         return None
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    consumer = Consumer({**settings.kafka_client_config(), "group.id": "streamshift-status",
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            **settings.kafka_client_config(),
+            "group.id": "streamshift-status",
+            "enable.auto.commit": False,
+        }
+    )
     try:
         latest = {
-            topic: {part: consumer.get_watermark_offsets(TopicPartition(topic, int(part)),
-                                                         timeout=5)[1] for part in parts}
+            topic: {
+                part: consumer.get_watermark_offsets(TopicPartition(topic, int(part)), timeout=5)[1]
+                for part in parts
+            }
             for topic, parts in processed.items()
         }
     except KafkaException:
@@ -163,6 +176,7 @@ def read_status(home: Path, settings=None) -> list[StreamStatus]:  # type: ignor
         pid = beat.get("pid")
         running = beat.get("state") == "running" and isinstance(pid, int) and pid_alive(pid)
         lag_now = broker_lag(settings, beat) if settings is not None else None
-        statuses.append(StreamStatus(beat.get("flow", "?"), beat.get("layer", "?"), running, beat,
-                                     lag_now))
+        statuses.append(
+            StreamStatus(beat.get("flow", "?"), beat.get("layer", "?"), running, beat, lag_now)
+        )
     return statuses

@@ -26,36 +26,23 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
-from pyspark.sql import Column, DataFrame, Row, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType
-from pyspark.sql.window import Window
 
-from streamshift.flow import Flow, Reference
-from streamshift.tables import (
-    EOD_RUNS_SCHEMA,
-    LATE_EVENTS_SCHEMA,
-    QUARANTINE_SCHEMA,
-    LayerTables,
-    ensure_table,
-    read,
+from streamshift.core.catalog import LayerTables
+from streamshift.core.contract import FAILED, IS_DELETED, RAW, SOURCE, SOURCE_REF
+from streamshift.core.flow import Flow
+from streamshift.write.target import Target, read
+from streamshift.write.transforms import (
+    changed_groups,
+    checked_changes,
+    distinct_versions,
+    latest_per_key,
+    recompute_view_groups,
+    state_columns,
 )
-
-if TYPE_CHECKING:
-    from streamshift.settings import Settings
-
-# Columns every raw change carries besides the flow's own (as text).
-SOURCE = "_source"
-SOURCE_REF = "_source_ref"  # file:line, topic:partition:offset, ...
-RAW = "_raw"  # the payload as received
-FAILED = "_failed_rules"
-MALFORMED = "_malformed"  # optional: a rule name when the reader could not split the row
-IS_DELETED = "is_deleted"
-APPLIED_AT = "_applied_at"
-
-Transform = Callable[[DataFrame], DataFrame]
 
 # Batches with fewer accepted rows than this are "small": literal IN-lists in MERGE
 # conditions (Delta prunes files by stats), and one collected history lookup that serves
@@ -63,105 +50,6 @@ Transform = Callable[[DataFrame], DataFrame]
 PRUNE_KEYS_BELOW = 2_000
 # Views with fewer touched groups than this are MERGEd from rows collected to the driver.
 LOCAL_SOURCE_BELOW = 10_000
-
-
-def raw_schema(flow: Flow) -> StructType:
-    """The text form of a flow's rows: what files and Kafka payloads decode to."""
-    return StructType(
-        [StructField(c, StringType()) for c in flow.columns]
-        + [StructField(SOURCE_REF, StringType()), StructField(RAW, StringType())]
-    )
-
-
-# ---- pure transforms ----------------------------------------------------------------------
-def parse(flow: Flow) -> Transform:
-    """Raw text → the flow's types; a value that does not parse is named in ``_failed_rules``."""
-
-    def transform(raw: DataFrame) -> DataFrame:
-        typed: list[Column] = []
-        failures: list[Column] = []
-        for f in flow.schema.fields:
-            text = F.nullif(F.trim(F.col(f.name).cast("string")), F.lit(""))
-            value = text if isinstance(f.dataType, StringType) else text.try_cast(f.dataType)
-            typed.append(value.alias(f.name))
-            failures.append(F.when(text.isNotNull() & value.isNull(), F.lit(f"parseable_{f.name}")))
-        # A reader may flag a row as unreadable before parsing (e.g. wrong field count).
-        if MALFORMED in raw.columns:
-            failures.insert(0, F.col(MALFORMED))
-        passthrough = [c for c in raw.columns if c.startswith("_")]
-        return raw.select(
-            *typed, *passthrough, F.filter(F.array(*failures), lambda r: r.isNotNull()).alias(FAILED)
-        )
-
-    return transform
-
-
-def validate(flow: Flow) -> Transform:
-    """Append the names of the flow's failing rules (after parse failures) to ``_failed_rules``."""
-
-    def transform(prepared: DataFrame) -> DataFrame:
-        checks = [
-            F.when(~F.coalesce(rule.passes(), F.lit(False)), F.lit(rule.name)) for rule in flow.rules
-        ]
-        failed = F.concat(F.col(FAILED), F.filter(F.array(*checks), lambda r: r.isNotNull()))
-        if MALFORMED in prepared.columns:
-            # A row the reader could not split or decode has no values to judge: its one
-            # rule is the reader's.
-            failed = F.when(F.col(MALFORMED).isNotNull(), F.col(FAILED)).otherwise(failed)
-        return prepared.withColumn(FAILED, failed)
-
-    return transform
-
-
-def checked_changes(flow: Flow, raw: DataFrame, reference: Reference) -> DataFrame:
-    """parse → prepare → validate, with the deletion flag; the shared front of the write path."""
-    parsed = raw.transform(parse(flow))
-    return (
-        flow.prepare(parsed, reference)
-        .transform(validate(flow))
-        .withColumn(IS_DELETED, F.coalesce(flow.deleted(), F.lit(False)))
-    )
-
-
-def latest_per_key(flow: Flow, df: DataFrame) -> DataFrame:
-    """One row per key: the highest version (ties broken by source reference, deterministic)."""
-    order = Window.partitionBy(flow.key).orderBy(F.col(flow.version).desc(), F.col(SOURCE_REF))
-    return df.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
-
-
-def distinct_versions(flow: Flow, df: DataFrame) -> DataFrame:
-    """One row per (key, version): duplicates delivered twice in one batch count once."""
-    order = Window.partitionBy(flow.key, flow.version).orderBy(F.col(SOURCE_REF))
-    return df.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
-
-
-def recompute_view_groups(view_compute, live: DataFrame, groups: DataFrame,  # type: ignore[no-untyped-def]
-                          group_key: tuple[str, ...]) -> DataFrame:
-    """The touched groups with their recomputed values; ``_present`` is null for vanished ones."""
-    in_groups = live.join(F.broadcast(groups), list(group_key), "left_semi")
-    recomputed = view_compute(in_groups).withColumn("_present", F.lit(True))
-    return groups.join(recomputed, list(group_key), "left")
-
-
-def changed_groups(recomputed: DataFrame, stored: DataFrame,
-                   group_key: tuple[str, ...]) -> DataFrame:
-    """The recomputed groups that differ from the stored view: new, vanished or changed values.
-
-    ``recomputed`` comes from :func:`recompute_view_groups` (``_present`` null = vanished);
-    ``stored`` is the view table's rows for the same groups. Unchanged groups drop out, so a
-    replayed change writes nothing to the view.
-    """
-    values = [c for c in recomputed.columns if c not in group_key and c != "_present"]
-    old = stored.select(*group_key, *(F.col(c).alias(f"_stored_{c}") for c in values),
-                        F.lit(True).alias("_stored"))
-    on = [recomputed[c].eqNullSafe(old[c]) for c in group_key]
-    joined = recomputed.join(old, on, "left")
-    present, was = F.col("_present").isNotNull(), F.col("_stored").isNotNull()
-    differs = F.lit(False)
-    for c in values:
-        differs = differs | ~recomputed[c].eqNullSafe(F.col(f"_stored_{c}"))
-    keep = (present & ~was) | (~present & was) | (present & was & differs)
-    return joined.where(keep).select(*(recomputed[c] for c in recomputed.columns))
 
 
 class _Timer:
@@ -198,59 +86,6 @@ class ApplyResult:
         )
 
 
-class Target:
-    """A flow's tables in one layer plus its reference data: what ``apply_changes`` writes to."""
-
-    def __init__(self, spark: SparkSession, flow: Flow, tables: LayerTables, reference: Reference):
-        self.spark = spark
-        self.flow = flow
-        self.tables = tables
-        self.reference = reference
-        self._closed: tuple[int, set[dt.date]] | None = None
-        self._ensure_tables()
-
-    @classmethod
-    def open(cls, spark: SparkSession, settings: Settings, flow: Flow, layer: str) -> Target:
-        from streamshift.reference import load_reference
-
-        tables = LayerTables(settings.warehouse, flow, layer)
-        return cls(spark, flow, tables, load_reference(spark, flow))
-
-    def _ensure_tables(self) -> None:
-        empty_raw = self.spark.createDataFrame([], raw_schema(self.flow)).withColumn(
-            SOURCE, F.lit("")
-        )
-        state = state_columns(self.flow, checked_changes(self.flow, empty_raw, self.reference))
-        part = (self.flow.business_date,)
-        ensure_table(self.spark, self.tables.current, state.schema, part, deletion_vectors=True)
-        ensure_table(self.spark, self.tables.history, state.schema, part)  # insert-only
-        ensure_table(self.spark, self.tables.quarantine, QUARANTINE_SCHEMA)
-        ensure_table(self.spark, self.tables.late_events, LATE_EVENTS_SCHEMA, ("business_date",))
-        ensure_table(self.spark, self.tables.eod_runs, EOD_RUNS_SCHEMA)
-        for view in self.flow.views:
-            schema = view.compute(state.where(~F.col(IS_DELETED))).schema
-            ensure_table(self.spark, self.tables.view(view.name), schema, part,
-                         change_data_feed=True)
-
-    def closed_dates(self) -> set[dt.date]:
-        """Business dates an EOD run has closed for this flow (any layer).
-
-        Re-read only when ``eod_runs`` has a new commit: a streaming job asks every batch.
-        """
-        version = delta_log_version(self.spark, self.tables.eod_runs)
-        if self._closed is None or self._closed[0] != version:
-            runs = read(self.spark, self.tables.eod_runs).where(F.col("flow") == self.flow.name)
-            dates = {r[0] for r in runs.select("business_date").distinct().collect()}
-            self._closed = (version, dates)
-        return set(self._closed[1])
-
-
-def state_columns(flow: Flow, checked: DataFrame) -> DataFrame:
-    """The columns stored in current state and history."""
-    drop = [c for c in checked.columns if c.startswith("_") and c not in (SOURCE, SOURCE_REF)]
-    return checked.drop(*drop).withColumn(APPLIED_AT, F.current_timestamp())
-
-
 def _in_list(column: str, values: Sequence[object]) -> str:
     def literal(v: object) -> str:
         if isinstance(v, dt.date):
@@ -266,21 +101,6 @@ def _merge_counts(merge_output: DataFrame) -> dict[str, int]:
     """The row counts a Delta MERGE returns (num_inserted_rows, num_updated_rows, ...)."""
     row = merge_output.first()
     return {k: int(v or 0) for k, v in row.asDict().items()} if row is not None else {}
-
-
-def delta_log_version(spark: SparkSession, path: str) -> int:
-    """The table's latest commit number, from a listing of ``_delta_log`` (no log replay)."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None  # a classic (not Spark Connect) session
-    log_dir = jvm.org.apache.hadoop.fs.Path(f"{path}/_delta_log")
-    fs = log_dir.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    if not fs.exists(log_dir):
-        return -1
-    versions = [
-        int(name[:-5]) for name in (status.getPath().getName() for status in fs.listStatus(log_dir))
-        if name.endswith(".json") and name[:-5].isdigit()
-    ]
-    return max(versions, default=-1)
 
 
 def apply_changes(
@@ -299,14 +119,18 @@ def apply_changes(
     EOD run is closing: its own rows are not late.
     """
     spark = target.spark
-    tables = target.tables
+    tables = target.create_tables().tables
     if SOURCE not in changes.columns:
         changes = changes.withColumn(SOURCE, F.lit(source))
     checked = checked_changes(flow, changes, target.reference).persist()
     try:
         result = ApplyResult()
         timer = _Timer()
-        counts = checked.groupBy(F.try_element_at(F.col(FAILED), F.lit(1)).alias("rule")).count().collect()
+        counts = (
+            checked.groupBy(F.try_element_at(F.col(FAILED), F.lit(1)).alias("rule"))
+            .count()
+            .collect()
+        )
         for row in counts:
             result.received += row["count"]
             if row["rule"] is None:
@@ -317,8 +141,15 @@ def apply_changes(
         timer.lap("validate")
         with _Steps(timer) as steps:
             if result.rejected:
-                steps.submit("quarantine", _quarantine, spark, flow,
-                             checked.where(F.size(FAILED) > 0), tables, batch_id)
+                steps.submit(
+                    "quarantine",
+                    _quarantine,
+                    spark,
+                    flow,
+                    checked.where(F.size(FAILED) > 0),
+                    tables,
+                    batch_id,
+                )
             if result.accepted:
                 accepted = state_columns(flow, checked.where(F.size(FAILED) == 0))
                 _apply_accepted(spark, flow, accepted, target, result, closing_date, steps)
@@ -328,8 +159,9 @@ def apply_changes(
         checked.unpersist()
 
 
-def _quarantine(spark: SparkSession, flow: Flow, rejected: DataFrame, tables: LayerTables,
-                batch_id: str) -> None:
+def _quarantine(
+    spark: SparkSession, flow: Flow, rejected: DataFrame, tables: LayerTables, batch_id: str
+) -> None:
     from delta.tables import DeltaTable
 
     rows = rejected.select(
@@ -344,15 +176,25 @@ def _quarantine(spark: SparkSession, flow: Flow, rejected: DataFrame, tables: La
         F.current_timestamp().alias("quarantined_at"),
     )
     (
-        DeltaTable.forPath(spark, tables.quarantine).alias("t")
-        .merge(rows.alias("s"), "t.flow = s.flow AND t.source_ref = s.source_ref AND t.rule = s.rule")
+        DeltaTable.forPath(spark, tables.quarantine)
+        .alias("t")
+        .merge(
+            rows.alias("s"), "t.flow = s.flow AND t.source_ref = s.source_ref AND t.rule = s.rule"
+        )
         .whenNotMatchedInsertAll()
         .execute()
     )
 
 
-def _apply_accepted(spark: SparkSession, flow: Flow, accepted: DataFrame, target: Target,
-                    result: ApplyResult, closing_date: dt.date | None, steps: _Steps) -> None:
+def _apply_accepted(
+    spark: SparkSession,
+    flow: Flow,
+    accepted: DataFrame,
+    target: Target,
+    result: ApplyResult,
+    closing_date: dt.date | None,
+    steps: _Steps,
+) -> None:
     """Steps 3–6 for the accepted rows.
 
     The critical path is keys → touched groups → current state → views; the history write
@@ -395,14 +237,23 @@ def _apply_accepted(spark: SparkSession, flow: Flow, accepted: DataFrame, target
             touched = {tuple(r[c] for c in group_columns) for r in [*known, *incoming]}
         else:
             steps.submit("history", _merge_history, spark, flow, versions, tables)
-            touched = steps.run("touched", _touched_groups, spark, flow, versions, tables,
-                                group_columns)
+            touched = steps.run(
+                "touched", _touched_groups, spark, flow, versions, tables, group_columns
+            )
         date_at = group_columns.index(bd)
         touched_dates = sorted({g[date_at] for g in touched} | set(incoming_dates))
         date_filter = _in_list(f"t.{bd}", touched_dates)
 
-        counts = steps.run("current", _merge_current, spark, flow, versions, tables,
-                           date_filter, _in_list(f"t.{key}", keys) if small else "true")
+        counts = steps.run(
+            "current",
+            _merge_current,
+            spark,
+            flow,
+            versions,
+            tables,
+            date_filter,
+            _in_list(f"t.{key}", keys) if small else "true",
+        )
         result.applied = counts.get("num_inserted_rows", 0) + counts.get("num_updated_rows", 0)
 
         current = read(spark, tables.current).where(_in_list(bd, touched_dates))
@@ -411,9 +262,17 @@ def _apply_accepted(spark: SparkSession, flow: Flow, accepted: DataFrame, target
             at = [group_columns.index(c) for c in view.group_key]
             groups_rows = sorted({tuple(g[i] for i in at) for g in touched}, key=repr)
             groups = spark.createDataFrame(groups_rows, live.select(*view.group_key).schema)
-            steps.submit(f"view {view.name}", _merge_view, spark, view, live, groups,
-                         tables.view(view.name), date_filter,
-                         len(groups_rows) < LOCAL_SOURCE_BELOW)
+            steps.submit(
+                f"view {view.name}",
+                _merge_view,
+                spark,
+                view,
+                live,
+                groups,
+                tables.view(view.name),
+                date_filter,
+                len(groups_rows) < LOCAL_SOURCE_BELOW,
+            )
             result.touched_groups[view.name] = len(groups_rows)
         steps.wait(*(f"view {v.name}" for v in flow.views))
         result.views_committed_at = time.time()
@@ -469,62 +328,93 @@ class _Steps:
             self._futures[name].result()
 
 
-def _merge_history(spark: SparkSession, flow: Flow, versions: DataFrame,
-                   tables: LayerTables) -> None:
+def _merge_history(
+    spark: SparkSession, flow: Flow, versions: DataFrame, tables: LayerTables
+) -> None:
     """Step 3 for a large batch: every accepted version, once (insert-only MERGE)."""
     from delta.tables import DeltaTable
 
     key, version = flow.key, flow.version
     (
-        DeltaTable.forPath(spark, tables.history).alias("t")
+        DeltaTable.forPath(spark, tables.history)
+        .alias("t")
         .merge(versions.alias("s"), f"t.{key} = s.{key} AND t.{version} = s.{version}")
         .whenNotMatchedInsertAll()
         .execute()
     )
 
 
-def _append_history(spark: SparkSession, flow: Flow, versions: DataFrame, tables: LayerTables,
-                    new: list[Row]) -> None:
+def _append_history(
+    spark: SparkSession, flow: Flow, versions: DataFrame, tables: LayerTables, new: list[Row]
+) -> None:
     """Step 3 for a small batch: append the versions history does not hold yet."""
     key, version = flow.key, flow.version
-    wanted = spark.createDataFrame([(r[key], r[version]) for r in new],
-                                   versions.select(key, version).schema)
+    wanted = spark.createDataFrame(
+        [(r[key], r[version]) for r in new], versions.select(key, version).schema
+    )
     columns = read(spark, tables.history).columns
     rows = versions.join(F.broadcast(wanted), [key, version], "left_semi").select(*columns)
     rows.write.format("delta").mode("append").save(tables.history)
 
 
-def _history_of(spark: SparkSession, flow: Flow, tables: LayerTables, keys: list[object],
-                group_columns: list[str]) -> list[Row]:
+def _history_of(
+    spark: SparkSession,
+    flow: Flow,
+    tables: LayerTables,
+    keys: list[object],
+    group_columns: list[str],
+) -> list[Row]:
     """Every stored version of ``keys`` with the groups it lived in.
 
     Read from history (not current state), so a run that died after moving a trade in current
     state but before fixing the views still finds the trade's old group when re-run.
     """
-    return (read(spark, tables.history).where(F.col(flow.key).isin(keys))
-            .select(flow.key, flow.version, *group_columns).collect())
+    return (
+        read(spark, tables.history)
+        .where(F.col(flow.key).isin(keys))
+        .select(flow.key, flow.version, *group_columns)
+        .collect()
+    )
 
 
-def _touched_groups(spark: SparkSession, flow: Flow, versions: DataFrame, tables: LayerTables,
-                    group_columns: list[str]) -> set[tuple[object, ...]]:
+def _touched_groups(
+    spark: SparkSession,
+    flow: Flow,
+    versions: DataFrame,
+    tables: LayerTables,
+    group_columns: list[str],
+) -> set[tuple[object, ...]]:
     """A large batch's touched groups: those of its versions and of its keys' history."""
     key = flow.key
     known = read(spark, tables.history).join(versions.select(key).distinct(), key, "left_semi")
-    rows = (known.select(*group_columns).unionByName(versions.select(*group_columns))
-            .distinct().collect())
+    rows = (
+        known.select(*group_columns)
+        .unionByName(versions.select(*group_columns))
+        .distinct()
+        .collect()
+    )
     return {tuple(r) for r in rows}
 
 
-def _merge_current(spark: SparkSession, flow: Flow, versions: DataFrame, tables: LayerTables,
-                   date_filter: str, key_filter: str) -> dict[str, int]:
+def _merge_current(
+    spark: SparkSession,
+    flow: Flow,
+    versions: DataFrame,
+    tables: LayerTables,
+    date_filter: str,
+    key_filter: str,
+) -> dict[str, int]:
     """Step 4: the highest version per key, only where higher than the stored one."""
     from delta.tables import DeltaTable
 
     key, version = flow.key, flow.version
     merged = (
-        DeltaTable.forPath(spark, tables.current).alias("t")
-        .merge(latest_per_key(flow, versions).alias("s"),
-               f"t.{key} = s.{key} AND {date_filter} AND {key_filter}")
+        DeltaTable.forPath(spark, tables.current)
+        .alias("t")
+        .merge(
+            latest_per_key(flow, versions).alias("s"),
+            f"t.{key} = s.{key} AND {date_filter} AND {key_filter}",
+        )
         .whenMatchedUpdateAll(condition=f"s.{version} > t.{version}")
         .whenNotMatchedInsertAll()
         .execute()
@@ -532,8 +422,13 @@ def _merge_current(spark: SparkSession, flow: Flow, versions: DataFrame, tables:
     return _merge_counts(merged)
 
 
-def _record_late(spark: SparkSession, flow: Flow, versions: DataFrame, tables: LayerTables,
-                 late_dates: list[dt.date]) -> None:
+def _record_late(
+    spark: SparkSession,
+    flow: Flow,
+    versions: DataFrame,
+    tables: LayerTables,
+    late_dates: list[dt.date],
+) -> None:
     """Step 6: changes for business dates an EOD run already closed."""
     from delta.tables import DeltaTable
 
@@ -547,22 +442,37 @@ def _record_late(spark: SparkSession, flow: Flow, versions: DataFrame, tables: L
         F.col(SOURCE).alias("source"),
     )
     (
-        DeltaTable.forPath(spark, tables.late_events).alias("t")
-        .merge(late.alias("s"), "t.flow = s.flow AND t.business_date = s.business_date "
-               "AND t.key = s.key AND t.version = s.version AND t.source = s.source")
+        DeltaTable.forPath(spark, tables.late_events)
+        .alias("t")
+        .merge(
+            late.alias("s"),
+            "t.flow = s.flow AND t.business_date = s.business_date "
+            "AND t.key = s.key AND t.version = s.version AND t.source = s.source",
+        )
         .whenNotMatchedInsertAll()
         .execute()
     )
 
 
-def _merge_view(spark: SparkSession, view, live: DataFrame, groups: DataFrame,  # type: ignore[no-untyped-def]
-                path: str, date_filter: str, local: bool) -> None:
+def _merge_view(
+    spark: SparkSession,
+    view,
+    live: DataFrame,
+    groups: DataFrame,  # type: ignore[no-untyped-def]
+    path: str,
+    date_filter: str,
+    local: bool,
+) -> None:
     """MERGE the touched groups that actually changed; nothing to change, no commit."""
     from delta.tables import DeltaTable
 
     recomputed = recompute_view_groups(view.compute, live, groups, view.group_key)
-    stored = read(spark, path).alias("t").where(date_filter).join(
-        F.broadcast(groups), list(view.group_key), "left_semi")
+    stored = (
+        read(spark, path)
+        .alias("t")
+        .where(date_filter)
+        .join(F.broadcast(groups), list(view.group_key), "left_semi")
+    )
     changed = changed_groups(recomputed, stored, view.group_key)
     if local:
         # Few groups: hand the MERGE local rows (no source materialisation, fewer jobs).
@@ -580,7 +490,8 @@ def _merge_view(spark: SparkSession, view, live: DataFrame, groups: DataFrame,  
         value_columns = [c for c in source.columns if c not in view.group_key and c != "_present"]
         on = " AND ".join(f"t.{c} <=> s.{c}" for c in view.group_key)
         (
-            DeltaTable.forPath(spark, path).alias("t")
+            DeltaTable.forPath(spark, path)
+            .alias("t")
             .merge(source.alias("s"), f"{on} AND {date_filter}")
             .whenMatchedDelete(condition="s._present IS NULL")
             .whenMatchedUpdate(set={c: f"s.{c}" for c in value_columns})

@@ -17,13 +17,15 @@ from typing import TYPE_CHECKING
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from streamshift.errors import StreamshiftError
-from streamshift.events import KAFKA_SOURCE, TRANSPORT_COLUMNS, decode, topic_for
-from streamshift.flow import Flow
-from streamshift.writepath import ApplyResult, Target, apply_changes
+from streamshift.core.errors import StreamshiftError
+from streamshift.core.flow import Flow
+from streamshift.sources.decode import decode
+from streamshift.sources.events import KAFKA_SOURCE, TRANSPORT_COLUMNS, topic_for
+from streamshift.write.apply import ApplyResult, apply_changes
+from streamshift.write.target import Target
 
 if TYPE_CHECKING:
-    from streamshift.settings import Settings
+    from streamshift.core.settings import Settings
 
 
 class ReplayRefused(StreamshiftError):
@@ -48,16 +50,25 @@ def retained(settings: Settings, topic: str) -> list[RetainedRange]:
     """Per partition: the retained offsets and the timestamp of the first retained event."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    consumer = Consumer({**settings.kafka_client_config(), "group.id": "streamshift-replay-check",
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            **settings.kafka_client_config(),
+            "group.id": "streamshift-replay-check",
+            "enable.auto.commit": False,
+        }
+    )
     try:
         try:
             meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
         except KafkaException as exc:
-            raise ReplayRefused(f"cannot reach Kafka at {settings.kafka_bootstrap_servers} "
-                                f"({exc.args[0]}); start the broker first") from None
+            raise ReplayRefused(
+                f"cannot reach Kafka at {settings.kafka_bootstrap_servers} "
+                f"({exc.args[0]}); start the broker first"
+            ) from None
         if meta is None or meta.error is not None or not meta.partitions:
-            raise ReplayRefused(f"topic {topic} does not exist on {settings.kafka_bootstrap_servers}")
+            raise ReplayRefused(
+                f"topic {topic} does not exist on {settings.kafka_bootstrap_servers}"
+            )
         ranges = []
         for p in sorted(meta.partitions):
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
@@ -76,15 +87,20 @@ def retained(settings: Settings, topic: str) -> list[RetainedRange]:
 def check_retention(ranges: list[RetainedRange], start: dt.datetime) -> None:
     """Refuse when events at or after ``start`` may already be gone from some partition."""
     start = start if start.tzinfo else start.replace(tzinfo=dt.UTC)
-    gone = [r for r in ranges if r.low > 0 and (r.first_timestamp is None or r.first_timestamp > start)]
+    gone = [
+        r for r in ranges if r.low > 0 and (r.first_timestamp is None or r.first_timestamp > start)
+    ]
     if gone:
         detail = "; ".join(
             f"partition {r.partition} retains offsets {r.low}.. only from "
-            f"{r.first_timestamp.isoformat() if r.first_timestamp else 'nothing'}" for r in gone)
+            f"{r.first_timestamp.isoformat() if r.first_timestamp else 'nothing'}"
+            for r in gone
+        )
         raise ReplayRefused(
             f"cannot replay from {start.isoformat()}: the topic no longer retains that range "
             f"({detail}). Replay from a later time, or rebuild the dates before it from the EOD "
-            "files (streamshift eod)")
+            "files (streamshift eod)"
+        )
 
 
 @dataclass
@@ -97,16 +113,27 @@ class ReplayResult:
         return f"replayed {self.events} events from {self.topic}: {self.apply.describe()}"
 
 
-def replay(spark: SparkSession, settings: Settings, flow: Flow, start: dt.datetime,
-           end: dt.datetime, layer: str, topic: str | None = None) -> ReplayResult:
+def replay(
+    spark: SparkSession,
+    settings: Settings,
+    flow: Flow,
+    start: dt.datetime,
+    end: dt.datetime,
+    layer: str,
+    topic: str | None = None,
+) -> ReplayResult:
     if end <= start:
         raise ReplayRefused(f"--to ({end.isoformat()}) must be after --from ({start.isoformat()})")
     topic = topic or topic_for(flow)
     check_retention(retained(settings, topic), start)
-    print(f"[replay] reading {topic} from {start.isoformat()} to {end.isoformat()}",
-          file=sys.stderr, flush=True)
+    print(
+        f"[replay] reading {topic} from {start.isoformat()} to {end.isoformat()}",
+        file=sys.stderr,
+        flush=True,
+    )
     events = (
-        spark.read.format("kafka").options(**settings.spark_kafka_options())
+        spark.read.format("kafka")
+        .options(**settings.spark_kafka_options())
         .option("subscribe", topic)
         .option("startingTimestamp", str(_ms(start)))
         .option("endingTimestamp", str(_ms(end)))
@@ -120,8 +147,9 @@ def replay(spark: SparkSession, settings: Settings, flow: Flow, start: dt.dateti
         n = decoded.count()
         print(f"[replay] applying {n} events to the {layer} layer", file=sys.stderr, flush=True)
         target = Target.open(spark, settings, flow, layer)
-        result = apply_changes(flow, decoded, KAFKA_SOURCE, target,
-                               batch_id=f"replay:{topic}:{_ms(start)}-{_ms(end)}")
+        result = apply_changes(
+            flow, decoded, KAFKA_SOURCE, target, batch_id=f"replay:{topic}:{_ms(start)}-{_ms(end)}"
+        )
     finally:
         decoded.unpersist()
     return ReplayResult(topic, n, result)

@@ -1,0 +1,109 @@
+"""The pure diff of reconciliation: two DataFrames in, one DataFrame of breaks out.
+
+A full outer join on the key, a per-column tolerance (exact unless the flow says otherwise),
+and one break row per missing key or per differing column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import DecimalType, IntegralType, NumericType
+
+MISSING_LEFT = "missing_left"  # the key exists only on the right
+MISSING_RIGHT = "missing_right"  # the key exists only on the left
+VALUE_MISMATCH = "value_mismatch"
+KINDS = (MISSING_LEFT, MISSING_RIGHT, VALUE_MISMATCH)
+
+BREAK_COLUMNS = ["kind", "key", "column", "left_value", "right_value", "difference"]
+
+
+def compare(
+    left: DataFrame,
+    right: DataFrame,
+    key: Sequence[str],
+    columns: Sequence[str],
+    tolerances: Mapping[str, float] | None = None,
+) -> DataFrame:
+    """Breaks between ``left`` and ``right`` keyed by ``key`` over ``columns``.
+
+    Numeric columns match when ``|right - left| <= tolerance`` (0 unless given); other
+    columns must be equal (null equals null). Output columns: kind, key (JSON of the key),
+    column (null for a missing key), left_value, right_value (JSON of the row for a
+    missing key), difference (right - left for numbers).
+    """
+    tolerances = tolerances or {}
+    numeric = {f.name for f in left.schema.fields if isinstance(f.dataType, NumericType)}
+    # Decimals and integers compare in exact decimal arithmetic (100.01 - 100.00 is exactly
+    # 0.01, within a 0.01 tolerance); only float columns compare as doubles.
+    exact = {
+        f.name for f in left.schema.fields if isinstance(f.dataType, DecimalType | IntegralType)
+    }
+    l_side = left.select(*key, F.struct(*columns).alias("_l"), F.lit(True).alias("_in_l"))
+    r_side = right.select(*key, F.struct(*columns).alias("_r"), F.lit(True).alias("_in_r"))
+    joined = l_side.join(r_side, list(key), "full_outer")
+    key_json = F.to_json(F.struct(*[F.col(k).cast("string").alias(k) for k in key]))
+
+    def differs(c: str) -> Column:
+        lv, rv = F.col(f"_l.{c}"), F.col(f"_r.{c}")
+        if c in exact:
+            limit = F.lit(Decimal(repr(float(tolerances.get(c, 0)))))
+            return ~F.coalesce(F.abs(rv - lv) <= limit, lv.isNull() & rv.isNull())
+        if c in numeric:
+            return ~F.coalesce(
+                F.abs(rv.cast("double") - lv.cast("double")) <= F.lit(tolerances.get(c, 0.0)),
+                lv.isNull() & rv.isNull(),
+            )
+        return ~lv.eqNullSafe(rv)
+
+    cells = [
+        F.when(
+            differs(c),
+            F.struct(
+                F.lit(c).alias("column"),
+                F.col(f"_l.{c}").cast("string").alias("left_value"),
+                F.col(f"_r.{c}").cast("string").alias("right_value"),
+                (
+                    (F.col(f"_r.{c}").cast("double") - F.col(f"_l.{c}").cast("double"))
+                    if c in numeric
+                    else F.lit(None).cast("double")
+                ).alias("difference"),
+            ),
+        )
+        for c in columns
+    ]
+    missing_left = joined.where(F.col("_in_l").isNull()).select(
+        F.lit(MISSING_LEFT).alias("kind"),
+        key_json.alias("key"),
+        F.lit(None).cast("string").alias("column"),
+        F.lit(None).cast("string").alias("left_value"),
+        F.to_json("_r").alias("right_value"),
+        F.lit(None).cast("double").alias("difference"),
+    )
+    missing_right = joined.where(F.col("_in_r").isNull()).select(
+        F.lit(MISSING_RIGHT).alias("kind"),
+        key_json.alias("key"),
+        F.lit(None).cast("string").alias("column"),
+        F.to_json("_l").alias("left_value"),
+        F.lit(None).cast("string").alias("right_value"),
+        F.lit(None).cast("double").alias("difference"),
+    )
+    mismatches = (
+        joined.where(F.col("_in_l") & F.col("_in_r"))
+        .select(
+            key_json.alias("key"),
+            F.explode(F.filter(F.array(*cells), lambda x: x.isNotNull())).alias("cell"),
+        )
+        .select(
+            F.lit(VALUE_MISMATCH).alias("kind"),
+            "key",
+            "cell.column",
+            "cell.left_value",
+            "cell.right_value",
+            "cell.difference",
+        )
+    )
+    return missing_left.unionByName(missing_right).unionByName(mismatches)

@@ -1,0 +1,115 @@
+"""The catalog: where every Delta table lives and what its fixed schema is (no IO, no Spark).
+
+Layout: ``<warehouse>/<layer>/<table>`` for the per-layer tables (current state, history,
+views, quarantine, late events) and ``<warehouse>/control/<table>`` for flow-level records
+(EOD runs, reconciliation runs and breaks, stage changes). All tables are path-based Delta
+tables. Spark jobs, the JVM-free readers and the Airflow layer all find tables here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from streamshift.core.errors import StreamshiftError
+from streamshift.core.flow import Flow
+
+LAYERS = ("batch", "stream")
+
+QUARANTINE_SCHEMA = (
+    "flow STRING, source STRING, source_ref STRING, raw_payload STRING, rule STRING, "
+    "rules STRING, business_date DATE, batch_id STRING, quarantined_at TIMESTAMP"
+)
+LATE_EVENTS_SCHEMA = (
+    "flow STRING, business_date DATE, key STRING, version INT, arrived_at TIMESTAMP, source STRING"
+)
+EOD_RUNS_SCHEMA = (
+    "flow STRING, layer STRING, business_date DATE, file STRING, mode STRING, "
+    "received BIGINT, accepted BIGINT, rejected BIGINT, late BIGINT, run_at TIMESTAMP"
+)
+
+RECON_RUNS_SCHEMA = (
+    "run_id STRING, flow STRING, business_date DATE, recon STRING, left_side STRING, "
+    "right_side STRING, left_rows BIGINT, right_rows BIGINT, breaks BIGINT, "
+    "missing_left BIGINT, missing_right BIGINT, value_mismatch BIGINT, clean BOOLEAN, "
+    "stage STRING, run_at TIMESTAMP"
+)
+RECON_BREAKS_SCHEMA = (
+    "run_id STRING, flow STRING, business_date DATE, recon STRING, kind STRING, key STRING, "
+    "column STRING, left_value STRING, right_value STRING, difference DOUBLE, "
+    "found_at TIMESTAMP"
+)
+STAGE_CHANGES_SCHEMA = (
+    "flow STRING, from_stage STRING, to_stage STRING, changed_at TIMESTAMP, changed_by STRING, "
+    "forced BOOLEAN, reason STRING, evidence STRING"
+)
+
+
+class UnknownLayerError(StreamshiftError):
+    pass
+
+
+@dataclass(frozen=True)
+class LayerTables:
+    """Paths of one flow's tables in one layer."""
+
+    warehouse: Path
+    flow: Flow
+    layer: str
+
+    def __post_init__(self) -> None:
+        if self.layer not in LAYERS:
+            raise UnknownLayerError(f"unknown layer {self.layer!r}; use one of {', '.join(LAYERS)}")
+
+    def _path(self, name: str) -> str:
+        return str(self.warehouse / self.layer / name)
+
+    @property
+    def current(self) -> str:
+        return self._path(self.flow.name)
+
+    @property
+    def history(self) -> str:
+        return self._path(f"{self.flow.name}_history")
+
+    @property
+    def quarantine(self) -> str:
+        return self._path("quarantine")
+
+    @property
+    def late_events(self) -> str:
+        return self._path("late_events")
+
+    def view(self, name: str) -> str:
+        self.flow.view(name)  # raises for an unknown view
+        return self._path(name)
+
+    @property
+    def eod_runs(self) -> str:
+        return ControlTables(self.warehouse).eod_runs
+
+
+@dataclass(frozen=True)
+class ControlTables:
+    """Paths of the flow-level control tables, shared by every flow (rows carry ``flow``)."""
+
+    warehouse: Path
+
+    def _path(self, name: str) -> str:
+        return str(self.warehouse / "control" / name)
+
+    @property
+    def eod_runs(self) -> str:
+        return self._path("eod_runs")
+
+    @property
+    def recon_runs(self) -> str:
+        return self._path("recon_runs")
+
+    @property
+    def recon_breaks(self) -> str:
+        return self._path("recon_breaks")
+
+    @property
+    def stage_changes(self) -> str:
+        return self._path("stage_changes")

@@ -1,0 +1,15 @@
+"""The raw-row contract: columns every change carries besides the flow's own (no Spark).
+
+Readers (EOD files, Kafka) produce rows of the flow's columns as text plus these; the write
+path consumes them. Both sides import the names from here, not from each other.
+"""
+
+from __future__ import annotations
+
+SOURCE = "_source"  # eod, kafka, replacement, eod_correction, ...
+SOURCE_REF = "_source_ref"  # file:line, topic:partition:offset, ...
+RAW = "_raw"  # the payload as received
+MALFORMED = "_malformed"  # optional: a rule name when the reader could not split the row
+FAILED = "_failed_rules"  # set by the write path's validation
+IS_DELETED = "is_deleted"  # stored: the row is a retraction of its key
+APPLIED_AT = "_applied_at"  # stored: when the write path applied the version

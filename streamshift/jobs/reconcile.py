@@ -1,0 +1,292 @@
+"""The reconciliation jobs of a business date, and the EOD correction of the stream layer.
+
+``reconcile_date`` runs the reconciliations a date's inputs allow — parity (stream vs batch,
+per view), external (serving layer vs an external view file), eod_file (current state vs the
+EOD trades file) — records each in ``recon_runs``/``recon_breaks`` and returns the results.
+
+``eod_correct`` is the ``stream`` stage's EOD step: the EOD file's rows the stream layer does
+not hold at the same version are applied to it through ``apply_changes`` (source
+``eod_correction``), so the next reconciliation is clean unless the file itself disagrees.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from streamshift.control.compare import compare
+from streamshift.control.recon import (
+    EOD_FILE,
+    EXTERNAL,
+    PARITY,
+    ReconcileError,
+    ReconResult,
+    new_run_id,
+    read_external_view,
+    record,
+)
+from streamshift.control.serving import serving_frame
+from streamshift.control.stages import current_stage
+from streamshift.core.contract import FAILED, SOURCE
+from streamshift.core.flow import Flow
+from streamshift.sources.eodfile import check_file
+from streamshift.sources.eodread import read_eod_file
+from streamshift.write.apply import ApplyResult, apply_changes
+from streamshift.write.target import Target
+from streamshift.write.transforms import checked_changes, latest_per_key
+
+if TYPE_CHECKING:
+    from streamshift.core.settings import Settings
+
+EOD_CORRECTION_SOURCE = "eod_correction"
+CORRECTING_STAGES = ("stream", "kappa")
+
+
+def _say(message: str) -> None:
+    print(f"[reconcile] {message}", file=sys.stderr, flush=True)
+
+
+def _file_state(
+    spark: SparkSession, flow: Flow, path: Path, business_date: dt.date, reference
+) -> DataFrame:  # type: ignore[no-untyped-def]
+    """The EOD file's latest accepted version per key for ``business_date``."""
+    layout = check_file(path, flow, whole_day=False)
+    raw = read_eod_file(spark, path, flow, layout).withColumn(SOURCE, F.lit("eod_file"))
+    checked = checked_changes(flow, raw, reference).where(F.size(FAILED) == 0)
+    return latest_per_key(flow, checked).where(F.col(flow.business_date) == F.lit(business_date))
+
+
+def open_layers(spark: SparkSession, settings: Settings, flow: Flow) -> dict[str, Target]:
+    """Handles on both layers (nothing is read or created by opening them)."""
+    return {layer: Target.open(spark, settings, flow, layer) for layer in ("batch", "stream")}
+
+
+def reconcile_date(
+    spark: SparkSession,
+    settings: Settings,
+    flow: Flow,
+    business_date: dt.date,
+    *,
+    against: Path | None = None,
+    eod_file: Path | None = None,
+    parity: bool = True,
+    targets: dict[str, Target] | None = None,
+    stage: str | None = None,
+) -> list[ReconResult]:
+    """Run the reconciliations the inputs allow for ``business_date`` and record them."""
+    stage = stage or current_stage(spark, settings, flow)
+    run_id = new_run_id()
+    results: list[ReconResult] = []
+    bd = F.col(flow.business_date) == F.lit(business_date)
+    targets = targets or open_layers(spark, settings, flow)
+
+    if parity:
+        for view in flow.views:
+            _say(f"parity of {view.name} for {business_date}: batch vs stream")
+            # A layer not loaded yet reads as empty.
+            left = targets["batch"].table(view.name).where(bd)
+            right = targets["stream"].table(view.name).where(bd)
+            columns = [c for c in left.columns if c not in view.group_key]
+            recon = PARITY if len(flow.views) == 1 else f"{PARITY}:{view.name}"
+            result = ReconResult(
+                run_id, recon, business_date, "batch", "stream", left.count(), right.count()
+            )
+            results.append(
+                record(
+                    spark,
+                    settings,
+                    flow,
+                    compare(left, right, view.group_key, columns, view.tolerances),
+                    result,
+                    stage,
+                )
+            )
+
+    if against is not None:
+        view = flow.views[0]
+        _say(f"external: serving {view.name} vs {against}")
+        serving = serving_frame(spark, settings, flow, view.name, business_date)
+        external = read_external_view(spark, against, view.group_key, serving.schema).where(bd)
+        columns = [c for c in external.columns if c not in view.group_key]
+        result = ReconResult(
+            run_id,
+            EXTERNAL,
+            business_date,
+            f"serving ({stage})",
+            str(against),
+            serving.count(),
+            external.count(),
+        )
+        results.append(
+            record(
+                spark,
+                settings,
+                flow,
+                compare(
+                    serving.select(*view.group_key, *columns),
+                    external,
+                    view.group_key,
+                    columns,
+                    view.tolerances,
+                ),
+                result,
+                stage,
+            )
+        )
+
+    if eod_file is not None:
+        _say(f"current state vs the EOD file {eod_file}")
+        reference = targets["stream"].reference
+        current = serving_frame(spark, settings, flow, "current", business_date)
+        in_file = _file_state(spark, flow, eod_file, business_date, reference)
+        key = (flow.key,)
+        result = ReconResult(
+            run_id,
+            EOD_FILE,
+            business_date,
+            f"current ({stage})",
+            str(eod_file),
+            current.count(),
+            in_file.count(),
+        )
+        results.append(
+            record(
+                spark,
+                settings,
+                flow,
+                compare(
+                    current.select(flow.key, flow.version),
+                    in_file.select(flow.key, flow.version),
+                    key,
+                    [flow.version],
+                ),
+                result,
+                stage,
+            )
+        )
+    return results
+
+
+def eod_correct(
+    spark: SparkSession,
+    settings: Settings,
+    flow: Flow,
+    business_date: dt.date,
+    eod_file: Path,
+    target: Target | None = None,
+) -> ApplyResult:
+    """Apply the EOD file's rows the stream layer lacks (or holds at a lower version)."""
+    target = (target or Target.open(spark, settings, flow, "stream")).create_tables()
+    layout = check_file(eod_file, flow, whole_day=False)
+    raw = read_eod_file(spark, eod_file, flow, layout)
+    current = target.table("current").select(
+        F.col(flow.key).alias("_k"), F.col(flow.version).alias("_v")
+    )
+    typed_key = F.trim(F.col(flow.key))
+    typed_version = F.trim(F.col(flow.version)).try_cast("int")
+    differing = (
+        raw.join(current, typed_key == F.col("_k"), "left")
+        .where(F.col("_v").isNull() | typed_version.isNull() | (typed_version > F.col("_v")))
+        .drop("_k", "_v")
+    )
+    _say(f"applying the EOD file's differences to the stream layer ({eod_file})")
+    return apply_changes(
+        flow,
+        differing,
+        EOD_CORRECTION_SOURCE,
+        target,
+        batch_id=f"{EOD_CORRECTION_SOURCE}:{eod_file}",
+        closing_date=business_date,
+    )
+
+
+@dataclass
+class ReconcileRun:
+    """One reconcile job: the reconciliations of a date and, in stage stream, the correction."""
+
+    flow: str
+    business_date: dt.date
+    stage: str
+    results: list[ReconResult]
+    before_correction: list[ReconResult] = field(default_factory=list)
+    correction: ApplyResult | None = None
+
+    @property
+    def breaks(self) -> int:
+        return sum(r.breaks for r in self.results)
+
+    @property
+    def run_id(self) -> str:
+        return self.results[0].run_id if self.results else "-"
+
+    def describe(self, worst: int = 5) -> str:
+        lines = [f"before correction: {r.describe()}" for r in self.before_correction]
+        if self.correction is not None:
+            lines.append(f"EOD correction: {self.correction.describe()}")
+        for result in self.results:
+            lines.append(result.describe())
+            lines += [
+                f"    {b['kind']:15} {b['key']} {b['column'] or ''} "
+                f"{b['left_value']} → {b['right_value']}"
+                for b in result.worst[:worst]
+            ]
+        lines.append(
+            f"run {self.run_id}: {self.breaks} breaks in {len(self.results)} "
+            "reconciliations (details in recon_breaks)"
+        )
+        return "\n".join(lines)
+
+
+def run_reconcile(
+    spark: SparkSession,
+    settings: Settings,
+    flow: Flow,
+    business_date: dt.date,
+    *,
+    against: Path | None = None,
+    eod_file: Path | None = None,
+    parity: bool = True,
+    correct: bool = False,
+) -> ReconcileRun:
+    """The reconcile job: reconcile the date; with ``correct`` (stage stream or kappa) apply the
+    EOD file's differences to the stream layer and reconcile again."""
+    for path in (against, eod_file):
+        if path is not None and not path.exists():
+            raise ReconcileError(f"file {path} not found")
+    stage = current_stage(spark, settings, flow)
+    if correct and (eod_file is None or stage not in CORRECTING_STAGES):
+        raise ReconcileError(
+            f"--correct applies the EOD file (--eod-file) to the stream layer in stage stream or "
+            f"kappa; {flow.name} is in stage {stage}"
+        )
+    targets = open_layers(spark, settings, flow)
+
+    def reconcile() -> list[ReconResult]:
+        return reconcile_date(
+            spark,
+            settings,
+            flow,
+            business_date,
+            against=against,
+            eod_file=eod_file,
+            parity=parity,
+            targets=targets,
+            stage=stage,
+        )
+
+    results = reconcile()
+    run = ReconcileRun(flow.name, business_date, stage, results)
+    if correct:
+        assert eod_file is not None  # checked above
+        run.before_correction = results
+        run.correction = eod_correct(
+            spark, settings, flow, business_date, eod_file, target=targets["stream"]
+        )
+        run.results = reconcile()
+    return run

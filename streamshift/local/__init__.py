@@ -1,0 +1,1 @@
+"""The embedded local stack: the single-node Kafka broker and the demo."""

@@ -1,0 +1,68 @@
+"""Reading an EOD CSV file into the write path's raw form (Spark), after the file-level checks.
+
+Rows that cannot be split into the header's fields are kept whole and flagged with the
+``field_count`` rule, so the write path quarantines them with their line number and raw text.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from streamshift.core.contract import MALFORMED, RAW, SOURCE_REF
+from streamshift.core.flow import Flow
+from streamshift.sources.eodfile import FileLayout
+
+FIELD_COUNT_RULE = "field_count"
+_FIELD_SEPARATOR = ',(?=(?:[^"]*"[^"]*")*[^"]*$)'
+
+
+def with_line_numbers(text: DataFrame) -> DataFrame:
+    """Add ``line`` (1-based, file order) to a single-file ``spark.read.text`` DataFrame.
+
+    Uses the split's start offset and the per-split row order, so the numbering costs one
+    small aggregation rather than a trip through Python.
+    """
+    spark = text.sparkSession
+    tagged = text.select(
+        "value",
+        F.col("_metadata.file_block_start").alias("_block"),
+        F.monotonically_increasing_id().alias("_mid"),
+    )
+    blocks = tagged.groupBy("_block").agg(F.min("_mid").alias("_base"), F.count("*").alias("_n"))
+    offsets, running = [], 0
+    for row in sorted(blocks.collect(), key=lambda r: r["_block"]):
+        offsets.append((row["_block"], row["_base"], running))
+        running += row["_n"]
+    table = spark.createDataFrame(offsets, "_block BIGINT, _base BIGINT, _before BIGINT")
+    return tagged.join(F.broadcast(table), "_block").select(
+        "value", (F.col("_before") + F.col("_mid") - F.col("_base") + 1).alias("line")
+    )
+
+
+def read_eod_file(spark: SparkSession, path: Path, flow: Flow, layout: FileLayout) -> DataFrame:
+    """The file's data rows in raw form: flow columns as text, ``_source_ref`` = file:line."""
+    ddl = ", ".join(f"`{c}` STRING" for c in layout.header)
+    lines = with_line_numbers(spark.read.text(str(path)))
+    # Fields are counted by commas outside double quotes; a row with another count is
+    # quarantined whole rather than guessed at.
+    n_fields = F.size(F.split("value", _FIELD_SEPARATOR, -1))
+    rows = lines.where((F.col("line") > 1) & (F.length(F.trim("value")) > 0)).select(
+        F.col("value").alias(RAW),
+        F.concat(F.lit(f"{os.fspath(path)}:"), F.col("line").cast("string")).alias(SOURCE_REF),
+        F.from_csv("value", ddl, {"mode": "PERMISSIVE"}).alias("r"),
+        (n_fields != F.lit(len(layout.header))).alias("_wrong_count"),
+    )
+    wrong_count = F.col("_wrong_count")
+    return rows.select(
+        *[
+            F.when(wrong_count, F.lit(None)).otherwise(F.col(f"r.`{c}`")).alias(c)
+            for c in flow.columns
+        ],
+        F.col(SOURCE_REF),
+        F.col(RAW),
+        F.when(wrong_count, F.lit(FIELD_COUNT_RULE)).alias(MALFORMED),
+    )
