@@ -1,0 +1,377 @@
+"""The embedded Airflow 3 of the local stack: API server, scheduler, DAG processor, triggerer.
+
+``streamshift airflow up`` runs them the way ``airflow standalone`` does — SQLite and the
+LocalExecutor, the SimpleAuthManager with token auth — but as detached processes under
+``STREAMSHIFT_HOME/airflow``, so the CLI returns and ``down`` stops them later:
+
+* the repo's ``dags/`` and ``plugins/``, examples off;
+* one ``admin`` user whose password is generated once and kept in ``passwords.json`` under
+  the Airflow home (printed by ``up``, never in the repo), a JWT secret shared by the
+  components kept beside it;
+* ``spark_default`` pointing at ``STREAMSHIFT_SPARK_MASTER`` (``local[*]`` by default) and
+  ``fs_default`` at ``/`` for the file sensor, given as ``AIRFLOW_CONN_*`` variables;
+* ``.venv/bin`` first on PATH for what Airflow spawns (``spark-submit`` finds its Spark home
+  through it), and ``SPARK_LOCAL_IP=127.0.0.1``.
+
+SQLite with the LocalExecutor is what Airflow 3's own ``standalone`` runs; a production
+deployment uses Postgres (see ``docker-compose.yml``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from streamshift.core.errors import StreamshiftError
+from streamshift.core.processes import pid_alive, port_open
+from streamshift.core.settings import REPO_ROOT, Settings
+
+# Each component's command. The scheduler and triggerer would also serve task logs on all
+# interfaces (port 8793/8794); the API server reads the local log files itself, so they don't.
+COMMANDS = {
+    "api-server": ["api-server"],
+    "scheduler": ["scheduler", "--skip-serve-logs"],
+    "dag-processor": ["dag-processor"],
+    "triggerer": ["triggerer", "--skip-serve-logs"],
+}
+COMPONENTS = tuple(COMMANDS)
+USER = "admin"
+
+
+class AirflowError(StreamshiftError):
+    """The local Airflow could not be started, reached or used."""
+
+
+def _venv_bin() -> Path:
+    return Path(sys.executable).parent
+
+
+def connections(settings: Settings) -> dict[str, str]:
+    """``AIRFLOW_CONN_*`` values: Spark from the settings' master, the local filesystem."""
+    spark = {
+        "conn_type": "spark",
+        "host": settings.spark_master,
+        "extra": {"spark-binary": "spark-submit"},
+    }
+    fs = {"conn_type": "fs", "extra": {"path": "/"}}
+    return {
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark),
+        "AIRFLOW_CONN_FS_DEFAULT": json.dumps(fs),
+    }
+
+
+def airflow_env(
+    settings: Settings, port: int, base: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The environment every Airflow component (and every task it runs) gets."""
+    home = settings.airflow_home
+    env = dict(os.environ if base is None else base)
+    env.update(connections(settings))
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"),
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+            "AIRFLOW__API_AUTH__JWT_SECRET": _secret(home / "jwt_secret"),
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "20",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
+            "PATH": f"{_venv_bin()}{os.pathsep}{env.get('PATH', '')}",
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "PYSPARK_PYTHON": sys.executable,
+            "STREAMSHIFT_HOME": str(settings.home),
+            "STREAMSHIFT_SPARK_MASTER": settings.spark_master,
+            "STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
+        }
+    )
+    return env
+
+
+def _secret(path: Path) -> str:
+    """A secret generated once and kept in ``path`` (mode 600)."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(32))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def password(settings: Settings) -> str:
+    """The admin password, generated on first use and kept under the Airflow home."""
+    path = settings.airflow_home / "passwords.json"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({USER: secrets.token_urlsafe(12)}))
+        path.chmod(0o600)
+    value: str = json.loads(path.read_text())[USER]
+    return value
+
+
+@dataclass
+class AirflowStatus:
+    url: str
+    running: dict[str, int | None]  # component -> pid, None when not running
+    healthy: bool
+
+    @property
+    def up(self) -> bool:
+        return self.healthy and all(self.running.values())
+
+    def describe(self) -> str:
+        parts = [f"{c} {'pid ' + str(p) if p else 'NOT running'}" for c, p in self.running.items()]
+        state = "up" if self.up else "down" if not any(self.running.values()) else "partly up"
+        return f"Airflow {state} at {self.url} ({'; '.join(parts)}; API {'answers' if self.healthy else 'does not answer'})"
+
+
+class LocalAirflow:
+    """Start, stop and talk to the local Airflow of one ``STREAMSHIFT_HOME``."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.home = settings.airflow_home
+        self.port = settings.airflow_port
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.home / "pids.json"
+
+    def env(self) -> dict[str, str]:
+        return airflow_env(self.settings, self.port)
+
+    def _pids(self) -> dict[str, int]:
+        try:
+            pids: dict[str, int] = json.loads(self.pid_file.read_text())
+        except (OSError, json.JSONDecodeError):
+            return {}
+        return pids
+
+    def status(self) -> AirflowStatus:
+        pids = self._pids()
+        running = {c: (pids[c] if c in pids and pid_alive(pids[c]) else None) for c in COMPONENTS}
+        return AirflowStatus(self.url, running, self._healthy())
+
+    def _healthy(self) -> bool:
+        if not port_open(self.port):
+            return False
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=5) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def _airflow(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(_venv_bin() / "airflow"), *args],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def up(self, timeout: float = 300, progress: bool = True) -> AirflowStatus:
+        """Start whatever is not running, wait until the API answers; idempotent."""
+
+        def say(message: str) -> None:
+            if progress:
+                print(f"[airflow] {message}", file=sys.stderr, flush=True)
+
+        status = self.status()
+        if status.up:
+            return status
+        self.home.mkdir(parents=True, exist_ok=True)
+        password(self.settings)
+        if not any(status.running.values()) and port_open(self.port):
+            raise AirflowError(
+                f"port {self.port} is taken by another program; set "
+                "STREAMSHIFT_AIRFLOW_PORT to a free port"
+            )
+        say(f"preparing the database under {self.home} (airflow db migrate)")
+        migrated = self._airflow("db", "migrate")
+        if migrated.returncode != 0:
+            raise AirflowError(f"airflow db migrate failed: {migrated.stderr.strip()[-1500:]}")
+        pids = {c: p for c, p in status.running.items() if p}
+        logs = self.home / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        for component in COMPONENTS:
+            if component in pids:
+                continue
+            say(f"starting {component} (log: {logs / (component + '.log')})")
+            with open(logs / f"{component}.log", "ab") as out:
+                proc = subprocess.Popen(
+                    [str(_venv_bin() / "airflow"), *COMMANDS[component]],
+                    env=self.env(),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            pids[component] = proc.pid
+        self.pid_file.write_text(json.dumps(pids))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = self.status()
+            if status.up:
+                say(f"API server answers at {self.url}")
+                return status
+            dead = [c for c, p in status.running.items() if p is None]
+            if dead:
+                log = logs / f"{dead[0]}.log"
+                tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+                raise AirflowError(
+                    f"Airflow {dead[0]} exited while starting; its log {log} ends:\n{tail}"
+                )
+            time.sleep(2)
+        raise AirflowError(
+            f"Airflow's API server did not answer at {self.url} within {timeout:.0f}s; "
+            f"see the logs under {logs}"
+        )
+
+    def down(self, timeout: float = 60) -> bool:
+        """Stop every component (SIGTERM to its process group, SIGKILL after ``timeout``)."""
+        pids = self._pids()
+        alive = [p for p in pids.values() if pid_alive(p)]
+        for pid in alive:
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + timeout
+        while any(pid_alive(p) for p in alive) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        for pid in alive:
+            if pid_alive(pid):
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self.pid_file.unlink(missing_ok=True)
+        return bool(alive)
+
+    # ---- the REST API (token auth) ---------------------------------------------------------
+    def client(self) -> AirflowClient:
+        return AirflowClient(self.url, USER, password(self.settings))
+
+
+class AirflowClient:
+    """A small client of Airflow 3's REST API with the SimpleAuthManager's token auth."""
+
+    def __init__(self, url: str, user: str, secret: str):
+        self.url, self.user, self._password = url, user, secret
+        self._token: str | None = None
+
+    def token(self) -> str:
+        if self._token is None:
+            body = self._send(
+                "POST",
+                "/auth/token",
+                {"username": self.user, "password": self._password},
+                auth=False,
+            )
+            self._token = str(body["access_token"])
+        return self._token
+
+    def _send(
+        self, method: str, path: str, body: dict[str, Any] | None = None, auth: bool = True
+    ) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(f"{self.url}{path}", data=data, method=method)
+        request.add_header("Content-Type", "application/json")
+        if auth:
+            request.add_header("Authorization", f"Bearer {self.token()}")
+        try:
+            with urllib.request.urlopen(request, timeout=60) as resp:
+                text = resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")
+            raise AirflowApiError(exc.code, detail) from None
+        return json.loads(text) if text else None
+
+    def get(self, path: str) -> Any:
+        return self._send("GET", path)
+
+    def unpause(self, dag_id: str) -> None:
+        self._send("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+
+    def trigger(
+        self,
+        dag_id: str,
+        conf: dict[str, Any],
+        logical_date: str | None = None,
+        run_id: str | None = None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"logical_date": logical_date, "conf": conf}
+        if run_id:
+            body["dag_run_id"] = run_id
+        run: dict[str, Any] = self._send("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)
+        return run
+
+    def run(self, dag_id: str, run_id: str) -> dict[str, Any]:
+        run: dict[str, Any] = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+        return run
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str | None]:
+        body = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=100")
+        return {t["task_id"]: t["state"] for t in body["task_instances"]}
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 180) -> None:
+        """Wait until the DAG processor has parsed ``dag_id``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self.get(f"/api/v2/dags/{dag_id}")
+                return
+            except AirflowApiError as exc:
+                if exc.status != 404:
+                    raise
+            time.sleep(3)
+        raise AirflowError(
+            f"DAG {dag_id} did not appear within {timeout:.0f}s (parse error? "
+            "see the dag-processor log)"
+        )
+
+    def wait_for_run(
+        self, dag_id: str, run_id: str, timeout: float = 900, progress: bool = True
+    ) -> dict[str, Any]:
+        """Wait until the run ends; returns the run (``state`` success or failed)."""
+        deadline, last = time.monotonic() + timeout, ""
+        while time.monotonic() < deadline:
+            run = self.run(dag_id, run_id)
+            if run["state"] in ("success", "failed"):
+                return run
+            if progress:
+                states = self.task_states(dag_id, run_id)
+                line = ", ".join(f"{t}={s}" for t, s in states.items() if s)
+                if line != last:
+                    print(f"[airflow] {dag_id} {run_id}: {line}", file=sys.stderr, flush=True)
+                    last = line
+            time.sleep(3)
+        raise AirflowError(f"{dag_id} run {run_id} did not finish within {timeout:.0f}s")
+
+
+class AirflowApiError(AirflowError):
+    def __init__(self, status: int, detail: str):
+        super().__init__(f"Airflow API answered {status}: {detail[:1000]}")
+        self.status, self.detail = status, detail

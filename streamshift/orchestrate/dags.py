@@ -1,0 +1,298 @@
+"""DAG factories: one ``eod_<flow>`` and one ``late_data_<flow>`` per flow, one ``stream_supervisor``.
+
+Imported by ``dags/streamshift_dags.py`` at parse time, so this module imports ``airflow.sdk``,
+``pendulum`` and the Spark-free core only: Spark work runs in ``spark-submit`` (through the
+``spark_default`` connection, so the same DAG runs on ``local[*]`` or a cluster), and the
+Python tasks import what they need when they run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pendulum
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.standard.sensors.filesystem import FileSensor
+from airflow.sdk import DAG, Param, TriggerRule, get_current_context, task
+
+from streamshift.core.settings import REPO_ROOT, Settings, load_settings
+from streamshift.orchestrate import tasks as T
+
+OWNER = "streamshift"
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+# After the close of business, Monday to Friday (the logical date is the business date).
+EOD_SCHEDULE = "0 22 * * 1-5"
+DEFAULT_ARGS: dict[str, Any] = {
+    "owner": OWNER,
+    "retries": 2,
+    "retry_delay": dt.timedelta(seconds=30),
+    "retry_exponential_backoff": True,
+    "max_retry_delay": dt.timedelta(minutes=10),
+}
+
+
+def _settings() -> Settings:
+    return load_settings()
+
+
+def _spark_kwargs(
+    task_id: str, application: str, settings: Settings, doc: str, **extra: Any
+) -> dict[str, Any]:
+    """A Spark job through ``spark_default``: jars and the deployment's conf, never a master."""
+    from streamshift.spark import submit_conf
+
+    conf = {
+        **submit_conf(settings),
+        "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
+        "spark.default.parallelism": str(settings.spark_shuffle_partitions),
+    }
+    return {
+        "task_id": task_id,
+        "conn_id": "spark_default",
+        "application": str(REPO_ROOT / application),
+        "jars": ",".join(str(j) for j in settings.spark_jars),
+        "conf": conf,
+        "driver_memory": settings.spark_driver_memory,
+        "name": f"streamshift-{task_id}",
+        "doc_md": doc,
+        **extra,
+    }
+
+
+def spark_task(
+    task_id: str, application: str, args: Any, settings: Settings, doc: str, **extra: Any
+) -> SparkSubmitOperator:
+    return SparkSubmitOperator(
+        application_args=args, **_spark_kwargs(task_id, application, settings, doc, **extra)
+    )
+
+
+def mapped_spark_task(
+    task_id: str, application: str, args: Any, settings: Settings, doc: str
+) -> Any:
+    """One Spark job per element of ``args`` (dynamic task mapping)."""
+    kwargs = _spark_kwargs(task_id, application, settings, doc)
+    return SparkSubmitOperator.partial(**kwargs).expand(application_args=args)
+
+
+def _logical_day() -> dt.date:
+    context = get_current_context()
+    logical = context.get("logical_date") or context["dag_run"].run_after
+    return pendulum.instance(logical).date()
+
+
+def eod_dag(flow: str) -> DAG:
+    """``eod_<flow>``: wait for the day's EOD file, check it, load or correct, reconcile, report."""
+    settings = _settings()
+    with DAG(
+        dag_id=f"eod_{flow}",
+        schedule=EOD_SCHEDULE,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        default_args=DEFAULT_ARGS,
+        tags=["streamshift", "eod", flow],
+        params={
+            "business_date": Param(
+                None,
+                type=["null", "string"],
+                format="date",
+                description="Business date YYYY-MM-DD; empty: the run's logical date",
+            ),
+            "mode": Param(
+                "delta",
+                type="string",
+                enum=list(T.MODES),
+                description="delta: the file holds changed rows; replace: the whole day",
+            ),
+            "file": Param(
+                None,
+                type=["null", "string"],
+                pattern=T.FILE_PATTERN,
+                description=f"Optional file relative to {T.landing_dir(settings, flow)} (no '..'); "
+                f"default: <date>/{flow}_eod_<date>.csv",
+            ),
+        },
+        doc_md=f"""
+### End of day for `{flow}`
+Runs on business days after the close (or triggered with params). Finds the EOD file in
+`{T.landing_dir(settings, flow)}/<date>/`, checks it, then follows the flow's migration stage:
+
+* `batch`, `shadow`: **load_eod_file** into the batch layer, then **reconcile** (stream vs batch in
+  `shadow`; against `external_<date>.csv` when it is there);
+* `stream`, `kappa`: **correct_stream_layer** reconciles the file against the stream layer and
+  applies the differences as corrections.
+
+Then **write_report** and **publish_summary** (XCom + one line in the log). Backfill with
+`airflow backfill create --dag-id eod_{flow} --from-date D1 --to-date D2`.
+""",
+    ) as dag:
+
+        @task(multiple_outputs=True, doc_md="Validate the params, find the file, read the stage.")
+        def resolve_inputs() -> dict[str, Any]:
+            from streamshift.read.tables import current_stage
+
+            params = get_current_context()["params"]
+            s = _settings()
+            return T.resolve_inputs(s, flow, dict(params), _logical_day(), current_stage(s, flow))
+
+        inputs = resolve_inputs()
+
+        wait = FileSensor(
+            task_id="wait_for_eod_file",
+            filepath=inputs["file"],
+            fs_conn_id="fs_default",
+            deferrable=True,
+            poke_interval=60,
+            timeout=12 * 3600,
+            doc_md="Wait for the EOD file (deferred: a waiting run holds no worker slot).",
+        )
+
+        @task(doc_md="File-level checks in pure Python (header, delimiter, truncation).")
+        def check_raw_file(resolved: dict[str, Any]) -> dict[str, Any]:
+            checked = T.check_raw_file(_settings(), resolved)
+            print(f"{checked['file']}: {checked['data_lines']} data lines, columns ok")
+            return checked
+
+        @task.branch(doc_md="Load the batch layer (batch, shadow) or correct the stream layer.")
+        def choose_path(path: str, stage: str) -> str:
+            print(f"stage {stage}: {path}")
+            return path
+
+        load = spark_task(
+            "load_eod_file",
+            "spark_jobs/eod.py",
+            inputs["load_args"],
+            settings,
+            "Load the EOD file into the batch layer (`spark_jobs/eod.py`).",
+        )
+        correct = spark_task(
+            "correct_stream_layer",
+            "spark_jobs/reconcile.py",
+            inputs["correct_args"],
+            settings,
+            "Reconcile the EOD file against the stream layer and apply the differences.",
+        )
+
+        @task.branch(doc_md="Reconcile when there is something to reconcile against.")
+        def anything_to_reconcile(reconcile: bool, stage: str) -> str:
+            if reconcile:
+                return "reconcile"
+            print(f"stage {stage} and no external file: nothing to reconcile, skipping")
+            return "write_report"
+
+        reconcile = spark_task(
+            "reconcile",
+            "spark_jobs/reconcile.py",
+            inputs["reconcile_args"],
+            settings,
+            "Reconcile stream vs batch and against external files.",
+        )
+        report = spark_task(
+            "write_report",
+            "spark_jobs/report.py",
+            inputs["report_args"],
+            settings,
+            "Write the day's HTML and JSON report.",
+            trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
+        )
+
+        @task(doc_md="Publish the run's summary: XCom and one readable line in the log.")
+        def publish_summary(resolved: dict[str, Any]) -> dict[str, Any]:
+            result, line = T.summary(_settings(), resolved)
+            print(f"SUMMARY {line}")
+            return result
+
+        checked = check_raw_file(inputs)
+        branch = choose_path(inputs["path"], inputs["stage"])
+        after_load = anything_to_reconcile(inputs["reconcile"], inputs["stage"])
+        inputs >> wait >> checked >> branch
+        branch >> [load, correct]
+        load >> after_load >> [reconcile, report]
+        reconcile >> report
+        correct >> report
+        report >> publish_summary(inputs)
+    return dag
+
+
+def late_data_dag(flow: str) -> DAG:
+    """``late_data_<flow>``: re-reconcile (and re-report) dates that received late events."""
+    settings = _settings()
+    with DAG(
+        dag_id=f"late_data_{flow}",
+        schedule="@hourly",
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        default_args=DEFAULT_ARGS,
+        tags=["streamshift", "late-data", flow],
+        doc_md=f"""
+### Late data for `{flow}`
+Hourly: finds the business dates whose late events arrived after the date's last
+reconciliation, and re-runs **reconcile** and **write_report** for each (one mapped task
+per date).
+""",
+    ) as dag:
+
+        @task(doc_md="Dates with late events newer than their last reconciliation.")
+        def find_late_dates() -> list[list[str]]:
+            from streamshift.read.tables import current_stage, late_dates_to_reconcile
+
+            s = _settings()
+            dates = late_dates_to_reconcile(s, flow)
+            stage = current_stage(s, flow)
+            print(f"{len(dates)} dates to re-reconcile: {', '.join(map(str, dates)) or 'none'}")
+            parity = [] if stage == "shadow" else ["--no-parity"]
+            return [["--flow", flow, "--date", d.isoformat(), *parity] for d in dates]
+
+        dates = find_late_dates()
+        reconcile = mapped_spark_task(
+            "reconcile", "spark_jobs/reconcile.py", dates, settings, "Re-reconcile one late date."
+        )
+
+        @task(doc_md="The report arguments of each re-reconciled date.")
+        def report_args(args: list[list[str]]) -> list[list[str]]:
+            return [a[:4] for a in args]
+
+        report = mapped_spark_task(
+            "write_report",
+            "spark_jobs/report.py",
+            report_args(dates),
+            settings,
+            "Re-write one date's report.",
+        )
+        reconcile >> report
+    return dag
+
+
+def stream_supervisor_dag() -> DAG:
+    """``stream_supervisor``: restart dead or stalled streaming jobs from their checkpoints."""
+    with DAG(
+        dag_id="stream_supervisor",
+        schedule="*/5 * * * *",
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        default_args={**DEFAULT_ARGS, "retries": 1},
+        tags=["streamshift", "streaming"],
+        doc_md="""
+### Stream supervisor
+Every five minutes: for each flow whose stage runs a stream (shadow, stream, kappa), reads the
+job's heartbeat and lag; a dead or stalled job is restarted from its checkpoint (a detached
+`spark-submit streaming/run.py`). Restarts are logged and counted in
+`STREAMSHIFT_HOME/status/<flow>-stream.restarts.json`.
+""",
+    ) as dag:
+
+        @task(doc_md="Check every stream and restart the dead or stalled ones.")
+        def supervise_streams() -> list[dict[str, Any]]:
+            from streamshift.orchestrate.supervise import supervise
+
+            actions = supervise(_settings())
+            for action in actions:
+                print(action["line"])
+            return actions
+
+        supervise_streams()
+    return dag

@@ -1,0 +1,152 @@
+"""Supervising the streaming jobs: a dead or stalled job is restarted from its checkpoint.
+
+Run by the ``stream_supervisor`` DAG every few minutes. A job is *dead* when its heartbeat
+says running but its process is gone (killed, crashed) or says failed; *stalled* when its
+process lives but its heartbeat is older than ``STREAMSHIFT_STREAM_STALL_SECONDS``. Either
+is restarted as a detached ``spark-submit streaming/run.py``; it resumes from its checkpoint,
+so nothing is lost or applied twice. A healthy job is left alone. Restarts are counted in
+``STREAMSHIFT_HOME/status/<flow>-<layer>.restarts.json``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from streamshift.core.heartbeat import heartbeat_path, query_name, read_heartbeat
+from streamshift.core.processes import pid_alive
+from streamshift.core.registry import flow_names
+from streamshift.core.settings import REPO_ROOT, Settings
+
+STREAMING_STAGES = ("shadow", "stream", "kappa")
+LAYER = "stream"
+
+
+def restarts_path(settings: Settings, flow: str, layer: str = LAYER) -> Path:
+    return heartbeat_path(settings.home, flow, layer).with_suffix(".restarts.json")
+
+
+def read_restarts(settings: Settings, flow: str, layer: str = LAYER) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = json.loads(restarts_path(settings, flow, layer).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {"restarts": 0}
+    return data
+
+
+def health(beat: dict[str, Any], stall_seconds: int, now: dt.datetime) -> tuple[str, str]:
+    """('healthy' | 'dead' | 'stalled' | 'never_started', why) for a heartbeat (pure)."""
+    if not beat:
+        return "never_started", "no heartbeat: the job never ran here"
+    pid = beat.get("pid")
+    alive = isinstance(pid, int) and pid_alive(pid)
+    state = beat.get("state")
+    if state in ("failed", "stopped") or not alive:
+        return "dead", f"state {state}, process {pid} {'alive' if alive else 'gone'}"
+    seen = dt.datetime.fromisoformat(beat.get("last_seen") or beat["started_at"])
+    age = (now - seen).total_seconds()
+    if age > stall_seconds:
+        return "stalled", f"no heartbeat for {age:.0f}s (limit {stall_seconds}s)"
+    return "healthy", f"heartbeat {age:.0f}s ago, lag {beat.get('lag')}"
+
+
+def start_stream(settings: Settings, flow: str, topic: str | None) -> int:
+    """Start the flow's streaming job detached (its own session); return its pid."""
+    from streamshift.spark import submit_args
+
+    log = settings.home / "logs" / f"stream-{flow}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    spark_submit = Path(sys.executable).parent / "spark-submit"
+    command = [
+        str(spark_submit),
+        *submit_args(settings),
+        str(REPO_ROOT / "streaming" / "run.py"),
+        "--flow",
+        flow,
+        *(["--topic", topic] if topic else []),
+    ]
+    env = {
+        **os.environ,
+        "STREAMSHIFT_HOME": str(settings.home),
+        "PATH": f"{spark_submit.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            command,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    return proc.pid
+
+
+def _stop(pid: int, timeout: float = 60) -> None:
+    """Stop a stalled job: SIGTERM (it finishes its batch), SIGKILL if it does not."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(1)
+    if pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+
+
+def supervise(settings: Settings, stages: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Check each flow's stream; restart the dead or stalled ones. One action per flow."""
+    from streamshift.read.tables import current_stage
+
+    now = dt.datetime.now(dt.UTC)
+    actions = []
+    for flow in flow_names():
+        stage = (stages or {}).get(flow) or current_stage(settings, flow)
+        name = query_name(flow, LAYER)
+        if stage not in STREAMING_STAGES:
+            actions.append(
+                {"flow": flow, "action": "none", "line": f"{name}: stage {stage} runs no stream"}
+            )
+            continue
+        beat = read_heartbeat(settings.home, flow, LAYER)
+        state, why = health(beat, settings.stream_stall_seconds, now)
+        if state == "healthy":
+            actions.append(
+                {"flow": flow, "action": "none", "state": state, "line": f"{name}: healthy ({why})"}
+            )
+            continue
+        if state == "stalled":
+            _stop(int(beat["pid"]))
+        pid = start_stream(settings, flow, beat.get("topic"))
+        counts = read_restarts(settings, flow)
+        counts = {
+            "restarts": int(counts.get("restarts", 0)) + 1,
+            "last_at": now.isoformat(),
+            "last_reason": f"{state}: {why}",
+            "pid": pid,
+        }
+        path = restarts_path(settings, flow)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(counts))
+        actions.append(
+            {
+                "flow": flow,
+                "action": "restarted",
+                "state": state,
+                "pid": pid,
+                "restarts": counts["restarts"],
+                "line": f"{name}: {state} ({why}); restarted from its checkpoint as pid "
+                f"{pid} (restart #{counts['restarts']})",
+            }
+        )
+    return actions

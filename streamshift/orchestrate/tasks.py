@@ -1,0 +1,142 @@
+"""What the DAGs' Python tasks do, as plain functions (no Airflow, no Spark at import).
+
+The DAG factories in :mod:`streamshift.orchestrate.dags` wrap these in ``@task``; tests call
+them directly. Landing convention, per flow and business date::
+
+    STREAMSHIFT_HOME/landing/<flow>/<date>/<flow>_eod_<date>.csv   the day's EOD file
+    STREAMSHIFT_HOME/landing/<flow>/<date>/external_<date>.csv     optional: an external view
+                                                                  file (e.g. clearing positions)
+
+A ``file`` parameter names a file relative to ``landing/<flow>/`` and must stay inside it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+from streamshift.core.errors import StreamshiftError
+from streamshift.core.settings import Settings
+
+MODES = ("delta", "replace")
+# Stages whose EOD run loads the batch layer; the others correct the stream layer.
+LOADING_STAGES = ("batch", "shadow")
+# The JSON-schema pattern of the ``file`` param: relative, no '..' segment.
+FILE_PATTERN = r"^(?!/)(?!.*(^|/)\.\.(/|$))[A-Za-z0-9_.=+@,/-]+$"
+
+
+class InputError(StreamshiftError, ValueError):
+    """A DAG run's parameters do not name a usable business date, mode or file."""
+
+
+def landing_dir(settings: Settings, flow: str) -> Path:
+    return settings.home / "landing" / flow
+
+
+def default_file(flow: str, business_date: str) -> str:
+    return f"{business_date}/{flow}_eod_{business_date}.csv"
+
+
+def external_file(settings: Settings, flow: str, business_date: str) -> Path:
+    return landing_dir(settings, flow) / business_date / f"external_{business_date}.csv"
+
+
+def resolve_in_landing(landing: Path, file: str) -> Path:
+    """``file`` (relative to ``landing``) as an absolute path that stays inside ``landing``.
+
+    Rejects absolute paths, ``..`` and symlinks that lead out of the folder.
+    """
+    if not file or file.startswith("/") or ".." in Path(file).parts:
+        raise InputError(
+            f"file {file!r} must be a path relative to the landing folder {landing} "
+            "without '..' (e.g. 2026-11-20/trades_eod_2026-11-20.csv)"
+        )
+    root = landing.resolve()
+    resolved = (landing / file).resolve()
+    if not resolved.is_relative_to(root):
+        raise InputError(
+            f"file {file!r} resolves to {resolved}, outside the landing folder "
+            f"{root}; copy the file into the landing folder instead of linking to it"
+        )
+    return resolved
+
+
+def business_date_of(param: str | None, logical_date: dt.date) -> str:
+    text = param or logical_date.isoformat()
+    try:
+        return dt.date.fromisoformat(text).isoformat()
+    except ValueError:
+        raise InputError(f"business_date {text!r} is not a date; use YYYY-MM-DD") from None
+
+
+def resolve_inputs(
+    settings: Settings, flow: str, params: dict[str, Any], logical_date: dt.date, stage: str
+) -> dict[str, Any]:
+    """Everything the run's later tasks need, decided once: date, mode, file, stage, the
+    Spark jobs' arguments. Raises :class:`InputError` before any Spark job starts."""
+    business_date = business_date_of(params.get("business_date"), logical_date)
+    mode = params.get("mode") or "delta"
+    if mode not in MODES:
+        raise InputError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    landing = landing_dir(settings, flow)
+    path = resolve_in_landing(landing, params.get("file") or default_file(flow, business_date))
+    external = external_file(settings, flow, business_date)
+    loading = stage in LOADING_STAGES
+    common = ["--flow", flow, "--date", business_date]
+    against = ["--against", str(external)] if external.exists() else []
+    reconcile_args = [*common, *against] + ([] if stage == "shadow" else ["--no-parity"])
+    return {
+        "flow": flow,
+        "business_date": business_date,
+        "mode": mode,
+        "file": str(path),
+        "stage": stage,
+        "external": str(external) if external.exists() else None,
+        "path": "load_eod_file" if loading else "correct_stream_layer",
+        # Batch: only an external file to reconcile against; shadow: stream vs batch too.
+        "reconcile": stage == "shadow" or bool(against),
+        "load_args": [*common, "--file", str(path), "--mode", mode, "--layer", "batch"],
+        "reconcile_args": reconcile_args,
+        "correct_args": [*common, "--eod-file", str(path), "--correct", "--no-parity", *against],
+        "report_args": common,
+    }
+
+
+def check_raw_file(settings: Settings, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The file-level checks (pure Python): header, delimiter, truncation; no Spark."""
+    from streamshift.core.registry import get_flow
+    from streamshift.sources.eodfile import check_file
+
+    landing = landing_dir(settings, inputs["flow"])
+    # Again after the wait: the file (or a link) may have changed since the run started.
+    path = resolve_in_landing(landing, str(Path(inputs["file"]).relative_to(landing.resolve())))
+    layout = check_file(path, get_flow(inputs["flow"]), whole_day=inputs["mode"] == "replace")
+    return {"file": str(path), "data_lines": layout.data_lines, "columns": layout.header}
+
+
+def summary(settings: Settings, inputs: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The run's summary from the day's report.json: (XCom value, one line for the log)."""
+    report_dir = settings.reports / inputs["flow"] / inputs["business_date"]
+    data = json.loads((report_dir / "report.json").read_text())
+    breaks = sum(int(v) for v in data.get("breaks_by_kind", {}).values())
+    recons = data.get("reconciliations", [])
+    verdict = "no reconciliation" if not recons else "clean" if breaks == 0 else f"{breaks} breaks"
+    result = {
+        "flow": inputs["flow"],
+        "business_date": inputs["business_date"],
+        "stage": data["stage"],
+        "mode": inputs["mode"],
+        "file": inputs["file"],
+        "reconciliations": len(recons),
+        "breaks": breaks,
+        "verdict": verdict,
+        "report": str(report_dir / "report.html"),
+    }
+    line = (
+        f"{inputs['flow']} {inputs['business_date']} (stage {data['stage']}, {inputs['mode']} "
+        f"file {Path(inputs['file']).name}): {verdict} in {len(recons)} reconciliations; "
+        f"report {result['report']}"
+    )
+    return result, line

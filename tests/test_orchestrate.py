@@ -1,0 +1,117 @@
+"""What the DAGs' Python tasks decide, tested as plain functions (no Airflow, no Spark)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from streamshift.core.settings import load_settings
+from streamshift.orchestrate import tasks as T
+from streamshift.orchestrate.supervise import health
+
+DAY = dt.date(2026, 11, 20)
+
+
+@pytest.fixture
+def settings(tmp_path: Path):  # type: ignore[no-untyped-def]
+    s = load_settings({}, home=tmp_path / "home")
+    day = T.landing_dir(s, "trades") / DAY.isoformat()
+    day.mkdir(parents=True)
+    (day / f"trades_eod_{DAY}.csv").write_text("trade_id\n")
+    return s
+
+
+def test_files_outside_the_landing_folder_are_rejected(settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    landing = T.landing_dir(settings, "trades")
+    ok = T.resolve_in_landing(landing, f"{DAY}/trades_eod_{DAY}.csv")
+    assert ok == (landing / str(DAY) / f"trades_eod_{DAY}.csv").resolve()
+    outside = tmp_path / "elsewhere.csv"
+    outside.write_text("x\n")
+    (landing / "link.csv").symlink_to(outside)
+    for bad, said in (
+        ("/etc/passwd", "relative"),
+        ("../x.csv", "'..'"),
+        (f"{DAY}/../../x.csv", "'..'"),
+        ("link.csv", "outside the landing folder"),
+    ):
+        with pytest.raises(T.InputError, match=said):
+            T.resolve_in_landing(landing, bad)
+
+
+def test_the_file_pattern_rejects_what_resolve_rejects() -> None:
+    import re
+
+    pattern = re.compile(T.FILE_PATTERN)
+    assert pattern.match("2026-11-20/trades_eod_2026-11-20.csv")
+    assert pattern.match("a..b.csv")  # dots inside a name are fine
+    for bad in ("/etc/passwd", "../x.csv", "2026-11-20/../../x.csv", "..", "a b.csv"):
+        assert not pattern.match(bad), bad
+
+
+def test_inputs_follow_the_stage(settings) -> None:  # type: ignore[no-untyped-def]
+    batch = T.resolve_inputs(settings, "trades", {}, DAY, "batch")
+    assert batch["business_date"] == "2026-11-20" and batch["mode"] == "delta"
+    assert batch["path"] == "load_eod_file" and batch["reconcile"] is False
+    assert batch["load_args"][-4:] == ["--mode", "delta", "--layer", "batch"]
+
+    shadow = T.resolve_inputs(settings, "trades", {"mode": "replace"}, DAY, "shadow")
+    assert shadow["path"] == "load_eod_file" and shadow["reconcile"] is True
+    assert "--no-parity" not in shadow["reconcile_args"]
+    assert shadow["load_args"][-4:] == ["--mode", "replace", "--layer", "batch"]
+
+    external = T.external_file(settings, "trades", "2026-11-20")
+    external.write_text("business_date,book,instrument\n")
+    stream = T.resolve_inputs(settings, "trades", {"business_date": "2026-11-20"}, DAY, "stream")
+    assert stream["path"] == "correct_stream_layer"
+    assert stream["correct_args"] == [
+        "--flow",
+        "trades",
+        "--date",
+        "2026-11-20",
+        "--eod-file",
+        stream["file"],
+        "--correct",
+        "--no-parity",
+        "--against",
+        str(external),
+    ]
+
+    with pytest.raises(T.InputError, match="not a date"):
+        T.resolve_inputs(settings, "trades", {"business_date": "2026-13-45"}, DAY, "batch")
+    with pytest.raises(T.InputError, match="mode 'append'"):
+        T.resolve_inputs(settings, "trades", {"mode": "append"}, DAY, "batch")
+
+
+def test_summary_reads_the_days_report(settings) -> None:  # type: ignore[no-untyped-def]
+    inputs = T.resolve_inputs(settings, "trades", {}, DAY, "shadow")
+    report = settings.reports / "trades" / "2026-11-20"
+    report.mkdir(parents=True)
+    (report / "report.json").write_text(
+        json.dumps(
+            {
+                "stage": "shadow",
+                "reconciliations": [{"recon": "parity"}],
+                "breaks_by_kind": {"missing_left": 1, "missing_right": 0, "value_mismatch": 2},
+            }
+        )
+    )
+    result, line = T.summary(settings, inputs)
+    assert result["breaks"] == 3 and result["verdict"] == "3 breaks"
+    assert line.startswith("trades 2026-11-20 (stage shadow, delta file trades_eod_2026-11-20.csv)")
+
+
+def test_stream_health_from_the_heartbeat() -> None:
+    now = dt.datetime(2026, 11, 20, 12, tzinfo=dt.UTC)
+    fresh = (now - dt.timedelta(seconds=10)).isoformat()
+    old = (now - dt.timedelta(seconds=900)).isoformat()
+    me = os.getpid()
+    assert health({}, 300, now)[0] == "never_started"
+    assert health({"pid": me, "state": "running", "last_seen": fresh}, 300, now)[0] == "healthy"
+    assert health({"pid": me, "state": "running", "last_seen": old}, 300, now)[0] == "stalled"
+    assert health({"pid": me, "state": "failed", "last_seen": fresh}, 300, now)[0] == "dead"
+    gone = 2**22 + 12345  # above pid_max: no such process
+    assert health({"pid": gone, "state": "running", "last_seen": fresh}, 300, now)[0] == "dead"
