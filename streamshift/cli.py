@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -65,6 +67,12 @@ def _cmd_airflow(args: argparse.Namespace) -> int:
     if args.action == "down":
         print("Airflow stopped" if airflow.down() else "Airflow was not running; nothing to stop")
         return 0
+    if args.action == "cli":
+        if not args.airflow_args:
+            raise UserError(
+                "give the airflow command to run, e.g. `streamshift airflow cli dags list`"
+            )
+        return airflow.run_cli(args.airflow_args)
     status = airflow.status()
     print(status.describe())
     return 0 if status.up else 3
@@ -319,9 +327,16 @@ def build_parser() -> argparse.ArgumentParser:
         "STREAMSHIFT_HOME/airflow with the repo's dags/ and plugins/, wait until its API answers, "
         "print the UI address and the admin login (password generated once, kept under the "
         "Airflow home). down: stop it. status: exit 0 when every component runs and the API "
-        "answers, 3 otherwise. The port is STREAMSHIFT_AIRFLOW_PORT.",
+        "answers, 3 otherwise. cli ARGS: run `airflow ARGS` against the local stack (backfills, "
+        "connections, pools). The port is STREAMSHIFT_AIRFLOW_PORT.",
     )
-    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("action", choices=["up", "down", "status", "cli"])
+    p.add_argument(
+        "airflow_args",
+        nargs=argparse.REMAINDER,
+        help="with cli: an airflow command run with the local stack's environment, e.g. "
+        "`backfill create --dag-id eod_trades --from-date 2026-11-16 --to-date 2026-11-18`",
+    )
     p.set_defaults(handler=_cmd_airflow)
 
     p = sub.add_parser(
@@ -506,10 +521,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except StreamshiftError as exc:
         print(f"streamshift: error: {exc}", file=sys.stderr)
+        _report_error(str(exc))
         return 2
     except KeyboardInterrupt:
         print("streamshift: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        _report_error(
+            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        )
+        raise
+
+
+def _report_error(message: str) -> None:
+    """Leave the one-line error where an orchestrator asked for it (STREAMSHIFT_ERROR_FILE)."""
+    path = os.environ.get("STREAMSHIFT_ERROR_FILE")
+    if path:
+        with contextlib.suppress(OSError):
+            Path(path).write_text(message + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -63,3 +63,22 @@ def kafka_settings(settings: Settings, kafka_broker: str) -> Settings:
 @pytest.fixture
 def table_root(tmp_path: Path) -> Path:
     return tmp_path / "tables"
+
+
+@pytest.fixture(scope="session")
+def airflow_stack(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """One real local Airflow 3 per test session (API server, scheduler, DAG processor,
+    triggerer) on a free 127.0.0.1 port; yields (settings, REST client)."""
+    from streamshift.core.processes import free_port
+    from streamshift.local.airflow import LocalAirflow
+
+    home = tmp_path_factory.mktemp("airflow-stack")
+    stack_settings = load_settings(
+        {}, home=home, spark_master="local[2]", spark_shuffle_partitions=2, airflow_port=free_port()
+    )
+    stack = LocalAirflow(stack_settings)
+    stack.up(progress=False)
+    try:
+        yield stack_settings, stack.client()
+    finally:
+        stack.down()

@@ -115,3 +115,24 @@ def test_stream_health_from_the_heartbeat() -> None:
     assert health({"pid": me, "state": "failed", "last_seen": fresh}, 300, now)[0] == "dead"
     gone = 2**22 + 12345  # above pid_max: no such process
     assert health({"pid": gone, "state": "running", "last_seen": fresh}, 300, now)[0] == "dead"
+
+
+def test_a_failing_job_leaves_its_one_line_error_for_the_orchestrator(tmp_path: Path) -> None:
+    from tests.cli_support import run_cli
+
+    error_file = tmp_path / "error.txt"
+    done = run_cli(
+        tmp_path,
+        "eod",
+        "--flow",
+        "trades",
+        "--date",
+        "2026-11-20",
+        "--file",
+        str(tmp_path / "missing.csv"),
+        error_file=str(error_file),
+    )
+    assert done.returncode == 2
+    said = error_file.read_text().strip()
+    assert said.startswith("EOD file ") and said.endswith("pass the path of an existing CSV file")
+    assert said in done.stderr

@@ -18,8 +18,10 @@ from streamshift.core.errors import StreamshiftError
 PREFIX = "STREAMSHIFT_"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-# Read by scripts/setup (the shell), not by the kit: known, so never reported as unknown.
-SHELL_ONLY = {"STREAMSHIFT_PYTHON"}
+# Variables that are not settings, known so never reported as unknown: STREAMSHIFT_PYTHON is
+# read by scripts/setup (the shell); STREAMSHIFT_ERROR_FILE is where a job run by Airflow
+# leaves its one-line error (streamshift.cli).
+NOT_SETTINGS = {"STREAMSHIFT_PYTHON", "STREAMSHIFT_ERROR_FILE"}
 
 
 class SettingsError(StreamshiftError, ValueError):
@@ -140,6 +142,9 @@ class Settings:
     airflow_port: int = _setting(
         8080, _positive_int, "port of the local Airflow's API server and UI"
     )
+    airflow_spark_slots: int = _setting(
+        1, _positive_int, "Spark jobs the local Airflow runs at once (pool streamshift_spark)"
+    )
     stream_stall_seconds: int = _setting(
         300, _positive_int, "stream_supervisor restarts a stream whose heartbeat is older than this"
     )
@@ -221,7 +226,7 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
     environ = os.environ if environ is None else environ
     known = {env_name(f.name): f for f in fields(Settings)}
     unknown = sorted(
-        k for k in environ if k.startswith(PREFIX) and k not in known.keys() | SHELL_ONLY
+        k for k in environ if k.startswith(PREFIX) and k not in known.keys() | NOT_SETTINGS
     )
     if unknown:
         raise SettingsError(

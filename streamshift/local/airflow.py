@@ -191,6 +191,17 @@ class LocalAirflow:
             check=False,
         )
 
+    def run_cli(self, args: list[str]) -> int:
+        """Run ``airflow ARGS`` with the local stack's environment; its exit code."""
+        return subprocess.call([str(_venv_bin() / "airflow"), *args], env=self.env())
+
+    def migrate(self) -> None:
+        """Create or upgrade the metadata database (idempotent)."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        migrated = self._airflow("db", "migrate")
+        if migrated.returncode != 0:
+            raise AirflowError(f"airflow db migrate failed: {migrated.stderr.strip()[-1500:]}")
+
     def up(self, timeout: float = 300, progress: bool = True) -> AirflowStatus:
         """Start whatever is not running, wait until the API answers; idempotent."""
 
@@ -209,9 +220,20 @@ class LocalAirflow:
                 "STREAMSHIFT_AIRFLOW_PORT to a free port"
             )
         say(f"preparing the database under {self.home} (airflow db migrate)")
-        migrated = self._airflow("db", "migrate")
-        if migrated.returncode != 0:
-            raise AirflowError(f"airflow db migrate failed: {migrated.stderr.strip()[-1500:]}")
+        self.migrate()
+        from streamshift.orchestrate.tasks import SPARK_POOL
+
+        pool = self._airflow(
+            "pools",
+            "set",
+            SPARK_POOL,
+            str(self.settings.airflow_spark_slots),
+            "Spark jobs submitted by streamshift's DAGs",
+        )
+        if pool.returncode != 0:
+            raise AirflowError(
+                f"could not create the pool {SPARK_POOL}: {pool.stderr.strip()[-800:]}"
+            )
         pids = {c: p for c, p in status.running.items() if p}
         logs = self.home / "logs"
         logs.mkdir(parents=True, exist_ok=True)

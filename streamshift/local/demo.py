@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import functions as F
@@ -52,11 +53,14 @@ def _business_days(start: dt.date, n: int) -> list[dt.date]:
 
 
 def run_demo(settings: Settings, trades: int = DEMO_TRADES) -> int:
+    from streamshift.local.airflow import USER, LocalAirflow, password
     from streamshift.spark import get_spark
 
     settings = dataclasses.replace(
         settings, home=settings.home / "demo", promotion_window=DEMO_WINDOW
     )
+    airflow = LocalAirflow(settings)
+    airflow.down()  # a previous demo's Airflow, if one was left running
     shutil.rmtree(settings.home, ignore_errors=True)
     settings.home.mkdir(parents=True)
     print(
@@ -64,16 +68,23 @@ def run_demo(settings: Settings, trades: int = DEMO_TRADES) -> int:
         file=sys.stderr,
         flush=True,
     )
-    spark = get_spark(settings, app_name="streamshift-demo")
-    demo = _Demo(spark, settings, trades)
-    demo.batch_stage()
-    demo.with_stream(demo.shadow_and_stream_stages)
-    demo.closing_words()
+    _say("starting the local Airflow 3 (the EOD side of the demo runs as DAG runs)")
+    airflow.up()
+    print(f"Airflow UI: {airflow.url}  login: {USER} / {password(settings)}  (look while it runs)")
+    try:
+        spark = get_spark(settings, app_name="streamshift-demo")
+        demo = _Demo(spark, settings, trades, airflow)
+        demo.batch_stage()
+        demo.with_stream(demo.shadow_and_stream_stages)
+        demo.closing_words()
+    finally:
+        _say("stopping the local Airflow")
+        airflow.down()
     return 0
 
 
 class _Demo:
-    def __init__(self, spark, settings: Settings, trades: int) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, spark, settings: Settings, trades: int, airflow) -> None:  # type: ignore[no-untyped-def]
         from streamshift.core.registry import get_flow
         from streamshift.write.target import Target
 
@@ -84,6 +95,9 @@ class _Demo:
         self.files: dict[dt.date, Any] = {}
         self.produced = 0
         self.job: subprocess.Popen[bytes] | None = None
+        self.airflow = airflow
+        self.client = airflow.client()
+        self.runs = 0
 
     # ---- helpers ------------------------------------------------------------------------
     def day_files(self, day: dt.date, trades: int):  # type: ignore[no-untyped-def]
@@ -141,18 +155,54 @@ class _Demo:
             lambda b: processed_events(b, TOPIC) >= self.produced, "the stream to catch up"
         )
 
-    def eod_and_reconcile(self, day: dt.date, eod_file) -> None:  # type: ignore[no-untyped-def]
-        from streamshift.jobs.eod import run_eod
-        from streamshift.jobs.reconcile import reconcile_date
+    def land(self, day: dt.date, name: str, *paths) -> str:  # type: ignore[no-untyped-def]
+        """Put the files (rows concatenated under one header) in the landing folder as ``name``;
+        return the path the DAG's ``file`` param takes (relative to the landing folder)."""
+        from streamshift.orchestrate.tasks import landing_dir
 
-        print(run_eod(self.spark, self.batch, day, eod_file).describe())
-        for result in reconcile_date(self.spark, self.settings, self.flow, day):
-            print(f"  reconcile: {result.describe()}")
-            for b in result.worst[:4]:
-                print(
-                    f"     {b['kind']:14} {b['key']} {b['column'] or ''} "
-                    f"{b['left_value']} → {b['right_value']}"
-                )
+        folder = landing_dir(self.settings, self.flow.name) / day.isoformat()
+        folder.mkdir(parents=True, exist_ok=True)
+        lines = paths[0].read_text().splitlines()
+        for path in paths[1:]:
+            lines += path.read_text().splitlines()[1:]
+        (folder / name).write_text("\n".join(lines) + "\n")
+        return f"{day}/{name}"
+
+    def eod_run(self, day: dt.date, file: str, mode: str = "delta") -> dict:  # type: ignore[type-arg]
+        """The EOD side: trigger eod_trades over the REST API, as the UI's Trigger form does,
+        wait for it, print its published summary and the worst breaks of the day."""
+        import json
+
+        self.runs += 1
+        run_id = f"demo-{self.runs:02d}-{day}"
+        conf = {"business_date": str(day), "mode": mode, "file": file}
+        self.client.trigger("eod_trades", conf, run_id=run_id)
+        print(f"  triggered eod_trades {run_id} with {conf}")
+        print(f"  watch it: {self.airflow.url}/dags/eod_trades/runs/{run_id}")
+        run = self.client.wait_for_run("eod_trades", run_id, timeout=1800, progress=False)
+        states = self.client.task_states("eod_trades", run_id)
+        ran = ", ".join(f"{t} {s}" for t, s in states.items() if s in ("success", "skipped"))
+        if run["state"] != "success":
+            raise RuntimeError(
+                f"eod_trades {run_id} {run['state']} ({states}); see its task logs "
+                f"in the UI at {self.airflow.url}"
+            )
+        summary = self.client.get(
+            f"/api/v2/dags/eod_trades/dagRuns/{run_id}/taskInstances/"
+            "publish_summary/xcomEntries/return_value"
+        )["value"]
+        print(f"  {run_id}: {ran}")
+        print(
+            f"  summary: stage {summary['stage']}, {summary['verdict']} in "
+            f"{summary['reconciliations']} reconciliations; report {summary['report']}"
+        )
+        report = json.loads(Path(summary["report"]).with_name("report.json").read_text())
+        for b in report.get("worst_breaks", [])[:4]:
+            print(
+                f"     {b['kind']:14} {b['key']} {b['column'] or ''} "
+                f"{b['left_value']} → {b['right_value']}"
+            )
+        return dict(summary)
 
     def promote(self, to: str) -> bool:
         from streamshift.control.stages import PromotionRefused, promote
@@ -173,18 +223,17 @@ class _Demo:
 
     # ---- stage batch ----------------------------------------------------------------------
     def batch_stage(self) -> None:
-        from streamshift.jobs.eod import run_eod
         from streamshift.write.target import read
 
         _say(f"stage batch: generating {self.trades} trades for {BATCH_DATE}")
         files = self.day_files(BATCH_DATE, self.trades)
-        for title, path in (
-            ("the day's EOD file", files.eod),
-            ("the corrections (delta) file", files.corrections),
-            ("a file of poison rows", files.poison),
-        ):
-            _say(f"stage batch: loading {title}")
-            print(run_eod(self.spark, self.batch, BATCH_DATE, path).describe())
+        _say("stage batch: the day's EOD file lands; eod_trades loads it (Airflow)")
+        self.eod_run(BATCH_DATE, self.land(BATCH_DATE, "demo_eod.csv", files.eod))
+        _say("stage batch: a corrections (delta) file with poison rows lands; eod_trades again")
+        self.eod_run(
+            BATCH_DATE,
+            self.land(BATCH_DATE, "demo_corrections.csv", files.corrections, files.poison),
+        )
 
         _say(f"positions for {BATCH_DATE}, largest 10 by gross notional (batch layer)")
         positions = read(self.spark, self.batch.tables.view("positions")).where(
@@ -313,14 +362,14 @@ class _Demo:
         self.produce(read_rows(files.corrections, self.flow))
         self.produce(read_rows(files.poison, self.flow))
         self.caught_up()
-        from streamshift.jobs.eod import run_eod
-        from streamshift.jobs.reconcile import reconcile_date
-
-        _say(f"end of {DEMO_DATE}: the EOD files load the batch layer; stream vs batch")
-        for path in (files.eod, files.corrections, files.poison):
-            print(run_eod(self.spark, self.batch, DEMO_DATE, path).describe())
-        for result in reconcile_date(self.spark, self.settings, self.flow, DEMO_DATE):
-            print(f"  reconcile: {result.describe()}")
+        _say(
+            f"end of {DEMO_DATE}: the EOD files land; eod_trades loads the batch layer and "
+            "reconciles stream vs batch (Airflow)"
+        )
+        self.eod_run(
+            DEMO_DATE,
+            self.land(DEMO_DATE, "demo_eod.csv", files.eod, files.corrections, files.poison),
+        )
 
         days = _business_days(DEMO_DATE, 5)
         gap_day = days[0]
@@ -332,7 +381,7 @@ class _Demo:
             )
             self.produce(rows[3:] if day == gap_day else rows)
             self.caught_up()
-            self.eod_and_reconcile(day, self.files[day].eod)
+            self.eod_run(day, self.land(day, "demo_eod.csv", self.files[day].eod))
             if day in (days[1], days[3]):  # days[1]: the gap is among the last 3 dates
                 _say(f"promote to stream? (needs the last {DEMO_WINDOW} reconciled dates clean)")
                 if self.promote("stream"):
@@ -347,27 +396,14 @@ class _Demo:
         )
         self.produce([r for r in rows if r is not lost])
         self.caught_up()
-        from streamshift.jobs.reconcile import run_reconcile
-
-        run = run_reconcile(
-            self.spark,
-            self.settings,
-            self.flow,
-            d5,
-            eod_file=self.files[d5].eod,
-            parity=False,
-            correct=True,
-        )
-        for line in run.describe(worst=4).splitlines():
-            print(f"  {line}")
+        self.eod_run(d5, self.land(d5, "demo_eod.csv", self.files[d5].eod))
 
         from streamshift.core.heartbeat import read_status
 
         for status in read_status(self.settings.home, self.settings):
             print(f"streamshift status: {status.describe()}")
-        from streamshift.control.report import write_report
-
-        self.report = write_report(self.spark, self.settings, self.flow, d5)
+        report = self.settings.reports / self.flow.name / str(d5)
+        self.report = (report / "report.html", report / "report.json")  # written by the DAG run
         self.last_day = d5
 
     def closing_words(self) -> None:
@@ -383,3 +419,4 @@ class _Demo:
         )
         print(f"  {env} .venv/bin/streamshift report --flow trades --date {DEMO_DATE}")
         print(f"  {env} .venv/bin/streamshift status")
+        print(f"  {env} .venv/bin/streamshift airflow up    # the demo's DAG runs, in the UI")

@@ -9,6 +9,7 @@ Python tasks import what they need when they run.
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 from typing import Any
 
 import pendulum
@@ -20,6 +21,7 @@ from streamshift.core.settings import REPO_ROOT, Settings, load_settings
 from streamshift.orchestrate import tasks as T
 
 OWNER = "streamshift"
+SPARK_POOL = T.SPARK_POOL
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 # After the close of business, Monday to Friday (the logical date is the business date).
 EOD_SCHEDULE = "0 22 * * 1-5"
@@ -34,6 +36,31 @@ DEFAULT_ARGS: dict[str, Any] = {
 
 def _settings() -> Settings:
     return load_settings()
+
+
+class StreamshiftSparkSubmitOperator(SparkSubmitOperator):
+    """``SparkSubmitOperator`` whose failure says, in one line, what the job itself said.
+
+    The job (``streamshift.cli.main``) writes its error message to ``STREAMSHIFT_ERROR_FILE``;
+    on failure the task raises with that line instead of only spark-submit's exit code.
+    """
+
+    def execute(self, context: Any) -> Any:
+        import os
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="streamshift-error-", suffix=".txt")
+        os.close(fd)
+        self.env_vars = {**(self.env_vars or {}), "STREAMSHIFT_ERROR_FILE": path}
+        try:
+            return super().execute(context)
+        except Exception as exc:
+            said = Path(path).read_text().strip()
+            if said:
+                raise RuntimeError(f"{self.task_id} failed: {said}") from exc
+            raise
+        finally:
+            Path(path).unlink(missing_ok=True)
 
 
 def _spark_kwargs(
@@ -55,6 +82,7 @@ def _spark_kwargs(
         "conf": conf,
         "driver_memory": settings.spark_driver_memory,
         "name": f"streamshift-{task_id}",
+        "pool": SPARK_POOL,
         "doc_md": doc,
         **extra,
     }
@@ -63,7 +91,7 @@ def _spark_kwargs(
 def spark_task(
     task_id: str, application: str, args: Any, settings: Settings, doc: str, **extra: Any
 ) -> SparkSubmitOperator:
-    return SparkSubmitOperator(
+    return StreamshiftSparkSubmitOperator(
         application_args=args, **_spark_kwargs(task_id, application, settings, doc, **extra)
     )
 
@@ -73,7 +101,7 @@ def mapped_spark_task(
 ) -> Any:
     """One Spark job per element of ``args`` (dynamic task mapping)."""
     kwargs = _spark_kwargs(task_id, application, settings, doc)
-    return SparkSubmitOperator.partial(**kwargs).expand(application_args=args)
+    return StreamshiftSparkSubmitOperator.partial(**kwargs).expand(application_args=args)
 
 
 def _logical_day() -> dt.date:
@@ -90,7 +118,8 @@ def eod_dag(flow: str) -> DAG:
         schedule=EOD_SCHEDULE,
         start_date=START,
         catchup=False,
-        max_active_runs=1,
+        # Runs may wait for their files side by side; their Spark jobs queue for SPARK_POOL.
+        max_active_runs=4,
         default_args=DEFAULT_ARGS,
         tags=["streamshift", "eod", flow],
         params={
@@ -240,11 +269,17 @@ per date).
             from streamshift.read.tables import current_stage, late_dates_to_reconcile
 
             s = _settings()
-            dates = late_dates_to_reconcile(s, flow)
             stage = current_stage(s, flow)
-            print(f"{len(dates)} dates to re-reconcile: {', '.join(map(str, dates)) or 'none'}")
-            parity = [] if stage == "shadow" else ["--no-parity"]
-            return [["--flow", flow, "--date", d.isoformat(), *parity] for d in dates]
+            todo = []
+            for d in late_dates_to_reconcile(s, flow):
+                args = T.reconcile_arguments(s, flow, d.isoformat(), stage)
+                if args:
+                    todo.append(args)
+                else:
+                    print(f"{d}: stage {stage} and no external file: nothing to reconcile against")
+            dates = ", ".join(a[3] for a in todo) or "none"
+            print(f"{len(todo)} dates to re-reconcile: {dates}")
+            return todo
 
         dates = find_late_dates()
         reconcile = mapped_spark_task(

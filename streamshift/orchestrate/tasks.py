@@ -21,6 +21,9 @@ from streamshift.core.errors import StreamshiftError
 from streamshift.core.settings import Settings
 
 MODES = ("delta", "replace")
+# Spark jobs queue for this pool's slots (one on the local stack: two cores); runs waiting for
+# their files hold none, so a backfill never waits behind today's sensor.
+SPARK_POOL = "streamshift_spark"
 # Stages whose EOD run loads the batch layer; the others correct the stream layer.
 LOADING_STAGES = ("batch", "shadow")
 # The JSON-schema pattern of the ``file`` param: relative, no '..' segment.
@@ -86,7 +89,7 @@ def resolve_inputs(
     loading = stage in LOADING_STAGES
     common = ["--flow", flow, "--date", business_date]
     against = ["--against", str(external)] if external.exists() else []
-    reconcile_args = [*common, *against] + ([] if stage == "shadow" else ["--no-parity"])
+    reconcile_args = reconcile_arguments(settings, flow, business_date, stage)
     return {
         "flow": flow,
         "business_date": business_date,
@@ -96,12 +99,24 @@ def resolve_inputs(
         "external": str(external) if external.exists() else None,
         "path": "load_eod_file" if loading else "correct_stream_layer",
         # Batch: only an external file to reconcile against; shadow: stream vs batch too.
-        "reconcile": stage == "shadow" or bool(against),
+        "reconcile": bool(reconcile_args),
         "load_args": [*common, "--file", str(path), "--mode", mode, "--layer", "batch"],
         "reconcile_args": reconcile_args,
         "correct_args": [*common, "--eod-file", str(path), "--correct", "--no-parity", *against],
         "report_args": common,
     }
+
+
+def reconcile_arguments(settings: Settings, flow: str, business_date: str, stage: str) -> list[str]:
+    """``spark_jobs/reconcile.py`` arguments for a date: stream vs batch in ``shadow``, and
+    against the landed external file when there is one; empty when there is nothing to
+    reconcile against."""
+    external = external_file(settings, flow, business_date)
+    against = ["--against", str(external)] if external.exists() else []
+    if stage != "shadow" and not against:
+        return []
+    parity = [] if stage == "shadow" else ["--no-parity"]
+    return ["--flow", flow, "--date", business_date, *against, *parity]
 
 
 def check_raw_file(settings: Settings, inputs: dict[str, Any]) -> dict[str, Any]:

@@ -13,22 +13,43 @@ from streamshift.core.catalog import ControlTables
 from streamshift.core.settings import Settings
 
 
+def _literal(value: Any) -> str:
+    if isinstance(value, dt.datetime):
+        return f"TIMESTAMP '{value.isoformat()}'"
+    if isinstance(value, dt.date):
+        return f"DATE '{value.isoformat()}'"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int | float):
+        return repr(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
 def rows(
     path: str | Path,
     columns: list[str] | None = None,
     where: list[tuple[str, str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """The table's rows as dicts (``where``: deltalake filters, e.g. [("flow", "=", "trades")])."""
-    from deltalake import DeltaTable
+    """The table's rows as dicts; ``where``: (column, operator, value) conditions, ANDed.
+
+    Read through deltalake's DataFusion engine, which honours deletion vectors (its pyarrow
+    dataset path refuses tables that have them, as current state does).
+    """
+    import pyarrow as pa
+    from deltalake import DeltaTable, QueryBuilder
     from deltalake.exceptions import TableNotFoundError
 
     try:
         table = DeltaTable(str(path))
     except TableNotFoundError:
         return []
-    data = table.to_pyarrow_table(columns=columns, filters=where or None)
-    result: list[dict[str, Any]] = data.to_pylist()
-    return result
+    selected = ", ".join(f'"{c}"' for c in columns) if columns else "*"
+    sql = f"SELECT {selected} FROM t"
+    if where:
+        sql += " WHERE " + " AND ".join(f'"{c}" {op} {_literal(v)}' for c, op, v in where)
+    result = QueryBuilder().register("t", table).execute(sql).read_all()
+    data: list[dict[str, Any]] = pa.table(result).to_pylist()
+    return data
 
 
 def current_stage(settings: Settings, flow: str) -> str:

@@ -22,6 +22,8 @@ beside the critical path keys → touched groups → current state → views.
 from __future__ import annotations
 
 import datetime as dt
+import random
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -33,6 +35,7 @@ from pyspark.sql import functions as F
 
 from streamshift.core.catalog import LayerTables
 from streamshift.core.contract import FAILED, IS_DELETED, RAW, SOURCE, SOURCE_REF
+from streamshift.core.errors import StreamshiftError
 from streamshift.core.flow import Flow
 from streamshift.write.target import Target, read
 from streamshift.write.transforms import (
@@ -50,6 +53,19 @@ from streamshift.write.transforms import (
 PRUNE_KEYS_BELOW = 2_000
 # Views with fewer touched groups than this are MERGEd from rows collected to the driver.
 LOCAL_SOURCE_BELOW = 10_000
+# How often an apply that lost a commit race to another writer is run again.
+COMMIT_ATTEMPTS = 8
+# delta.exceptions' classes for a commit refused because another writer committed first.
+DELTA_CONFLICTS = (
+    "ConcurrentAppendException",
+    "ConcurrentDeleteDeleteException",
+    "ConcurrentDeleteReadException",
+    "ConcurrentTransactionException",
+    "ConcurrentWriteException",
+    "DeltaConcurrentModificationException",
+    "MetadataChangedException",
+    "ProtocolChangedException",
+)
 
 
 class _Timer:
@@ -103,6 +119,17 @@ def _merge_counts(merge_output: DataFrame) -> dict[str, int]:
     return {k: int(v or 0) for k, v in row.asDict().items()} if row is not None else {}
 
 
+class WriteConflictError(StreamshiftError):
+    """Another writer kept committing to the same tables through every retry."""
+
+
+def _conflicts() -> tuple[type[BaseException], ...]:
+    """Delta's commit conflicts: another writer committed to a table this apply read."""
+    import delta.exceptions
+
+    return tuple(getattr(delta.exceptions, name) for name in DELTA_CONFLICTS)
+
+
 def apply_changes(
     flow: Flow,
     changes: DataFrame,
@@ -117,7 +144,44 @@ def apply_changes(
     ``changes`` holds the flow's columns as text plus ``_source_ref`` and ``_raw``; an
     optional ``_source`` column overrides ``source`` per row. ``closing_date`` is the date an
     EOD run is closing: its own rows are not late.
+
+    Two writers may share a layer (in stage ``stream`` the EOD correction and the streaming
+    job write the same business date). Delta detects a conflicting commit and refuses it;
+    because every step here is idempotent, the whole apply is simply run again, with jittered
+    exponential back-off, up to ``COMMIT_ATTEMPTS`` times. Steps that did commit before the
+    conflict are no-ops the second time.
     """
+    conflicts = _conflicts()
+    for attempt in range(1, COMMIT_ATTEMPTS + 1):
+        try:
+            return _apply_once(flow, changes, source, target, batch_id, closing_date)
+        except conflicts as exc:
+            if attempt == COMMIT_ATTEMPTS:
+                raise WriteConflictError(
+                    f"{target.tables.layer} layer of {flow.name}: another writer kept "
+                    f"committing through {COMMIT_ATTEMPTS} attempts ({type(exc).__name__}); "
+                    "run the job again (it is idempotent)"
+                ) from exc
+            delay = min(30.0, 0.5 * 2 ** (attempt - 1)) * (0.5 + random.random())
+            print(
+                f"[write] concurrent commit to the {target.tables.layer} layer of {flow.name} "
+                f"({type(exc).__name__}); applying again in {delay:.1f}s "
+                f"(attempt {attempt + 1} of {COMMIT_ATTEMPTS})",
+                file=sys.stderr,
+                flush=True,
+            )
+            time.sleep(delay)
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _apply_once(
+    flow: Flow,
+    changes: DataFrame,
+    source: str,
+    target: Target,
+    batch_id: str,
+    closing_date: dt.date | None,
+) -> ApplyResult:
     spark = target.spark
     tables = target.create_tables().tables
     if SOURCE not in changes.columns:

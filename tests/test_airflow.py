@@ -1,0 +1,196 @@
+"""streamshift's DAGs in a real Airflow 3: integrity, dag.test(), a REST trigger as the UI does
+it, bad params, and a backfill — with real spark-submit jobs on real Delta tables."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from flows.trades import FLOW
+from streamshift.core.catalog import LayerTables
+from streamshift.core.settings import REPO_ROOT, load_settings
+from streamshift.local.airflow import AirflowApiError, LocalAirflow
+from streamshift.orchestrate import tasks as T
+from streamshift.write.target import delta_log_version
+from tests.airflow_support import dag_test, expected_positions, land_day, land_external, positions
+from tests.cli_support import run_cli
+
+# Dates well before the latest scheduled interval, so the run the scheduler creates when a DAG
+# is unpaused (catchup off: the latest business day) never shares a date with these.
+DAG_TEST_DAY = dt.date(2026, 11, 2)
+REST_DAY = dt.date(2026, 11, 3)
+BACKFILL_DAYS = [dt.date(2026, 11, 4), dt.date(2026, 11, 5), dt.date(2026, 11, 6)]
+
+INTEGRITY = """
+import json, sys, time
+t0 = time.monotonic()
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder=sys.argv[1])
+dags = {}
+for dag_id, dag in bag.dags.items():
+    dags[dag_id] = {
+        "owner": dag.owner, "tags": sorted(dag.tags), "doc": bool(dag.doc_md),
+        "retries": sorted({t.retries for t in dag.tasks}),
+        "undocumented": sorted(t.task_id for t in dag.tasks if not t.doc_md),
+    }
+print(json.dumps({
+    "errors": {k: str(v) for k, v in bag.import_errors.items()},
+    "seconds": {s.file: s.duration.total_seconds() for s in bag.dagbag_stats},
+    "dags": dags,
+    "heavy": sorted({n.split(".")[0] for n in sys.modules} & {"pyspark", "delta", "great_expectations"}),
+}))
+"""
+
+
+@pytest.mark.airflow
+def test_dag_integrity(tmp_path: Path) -> None:
+    settings = load_settings({}, home=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", INTEGRITY, str(REPO_ROOT / "dags")],
+        env=LocalAirflow(settings).env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["errors"] == {}
+    assert report["heavy"] == []
+    assert all(seconds < 2 for seconds in report["seconds"].values()), report["seconds"]
+    assert set(report["dags"]) == {"eod_trades", "late_data_trades", "stream_supervisor"}
+    for dag_id, dag in report["dags"].items():
+        assert dag["owner"] == "streamshift", dag_id
+        assert "streamshift" in dag["tags"], dag_id
+        assert dag["doc"] and dag["undocumented"] == [], dag_id
+        assert min(dag["retries"]) >= 1, dag_id
+
+
+@pytest.mark.airflow
+@pytest.mark.slow
+def test_dag_test_loads_the_day_and_a_second_run_changes_no_table(
+    spark, airflow_stack, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    settings, _client = airflow_stack
+    files = land_day(settings, DAG_TEST_DAY)
+    day = DAG_TEST_DAY.isoformat()
+
+    first = dag_test(settings, "eod_trades", f"{day}T22:00:00+00:00", {})
+    assert first["state"] == "success", first["output"][-4000:]
+    assert first["tasks"]["load_eod_file"] == "success"
+    assert first["tasks"]["correct_stream_layer"] == "skipped"  # stage batch
+    assert first["tasks"]["reconcile"] == "skipped"  # nothing to reconcile against
+    assert "SUMMARY trades 2026-11-02 (stage batch, delta file" in first["output"]
+
+    # The tables and the report hold the right numbers: the positions the file must give.
+    loaded = positions(spark, settings.warehouse, DAG_TEST_DAY)
+    assert loaded and loaded == expected_positions(spark, files.eod)
+    report = json.loads((settings.reports / "trades" / day / "report.json").read_text())
+    assert report["stage"] == "batch" and report["business_date"] == day
+
+    view = LayerTables(settings.warehouse, FLOW, "batch").view("positions")
+    current = LayerTables(settings.warehouse, FLOW, "batch").current
+    before = (delta_log_version(spark, view), delta_log_version(spark, current))
+    second = dag_test(settings, "eod_trades", f"{day}T22:00:00+00:00", {})
+    assert second["state"] == "success", second["output"][-4000:]
+    assert (delta_log_version(spark, view), delta_log_version(spark, current)) == before
+    assert positions(spark, settings.warehouse, DAG_TEST_DAY) == loaded
+
+
+@pytest.mark.airflow
+@pytest.mark.slow
+def test_rest_trigger_as_the_ui_does_and_bad_params_run_nothing(
+    spark, airflow_stack, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    settings, client = airflow_stack
+    files = land_day(settings, REST_DAY)
+    land_external(settings, files, REST_DAY)
+    client.wait_for_dag("eod_trades")
+    client.unpause("eod_trades")
+
+    # Refused by the params' JSON schema: no run is created.
+    for conf, named in (
+        ({"business_date": "2026-13-45"}, "business_date"),
+        ({"mode": "append"}, "mode"),
+        ({"file": "../../etc/passwd"}, "file"),
+        ({"file": "/etc/passwd"}, "file"),
+    ):
+        with pytest.raises(AirflowApiError) as refused:
+            client.trigger("eod_trades", conf)
+        assert refused.value.status == 400
+        assert f"Invalid input for param {named}" in refused.value.detail
+
+    # A symlink out of the landing folder passes the schema; the first task refuses it.
+    link = T.landing_dir(settings, "trades") / "outside.csv"
+    link.symlink_to(files.eod.parent.parent.parent.parent / "elsewhere.csv")
+    client.trigger(
+        "eod_trades", {"business_date": str(REST_DAY), "file": "outside.csv"}, run_id="symlink-out"
+    )
+    run = client.wait_for_run("eod_trades", "symlink-out", timeout=300, progress=False)
+    states = client.task_states("eod_trades", "symlink-out")
+    assert run["state"] == "failed" and states["resolve_inputs"] == "failed"
+    assert states["load_eod_file"] == "upstream_failed"  # no Spark job started
+
+    client.trigger("eod_trades", {"business_date": str(REST_DAY)}, run_id="rest-day")
+    run = client.wait_for_run("eod_trades", "rest-day", timeout=900)
+    states = client.task_states("eod_trades", "rest-day")
+    assert run["state"] == "success", states
+    assert states["reconcile"] == "success"  # against the external (clearing) file
+    summary = client.get(
+        "/api/v2/dags/eod_trades/dagRuns/rest-day/taskInstances/"
+        "publish_summary/xcomEntries/return_value"
+    )["value"]
+    assert summary["business_date"] == str(REST_DAY) and summary["reconciliations"] == 1
+    assert summary["breaks"] > 0  # the generated clearing file carries deliberate breaks
+    loaded = positions(spark, settings.warehouse, REST_DAY)
+    assert loaded and loaded == expected_positions(spark, files.eod)
+
+
+@pytest.mark.airflow
+@pytest.mark.slow
+def test_backfill_three_business_dates(spark, airflow_stack, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    settings, client = airflow_stack
+    landed = {day: land_day(settings, day) for day in BACKFILL_DAYS}
+    client.wait_for_dag("eod_trades")
+    client.unpause("eod_trades")
+    # As a user backfills: `streamshift airflow cli backfill create ...` on the running stack.
+    done = run_cli(
+        settings.home,
+        "airflow",
+        "cli",
+        "backfill",
+        "create",
+        "--dag-id",
+        "eod_trades",
+        "--from-date",
+        str(BACKFILL_DAYS[0]),
+        "--to-date",
+        f"{BACKFILL_DAYS[-1]}T23:59:59+00:00",
+        timeout=300,
+        airflow_port=str(settings.airflow_port),
+        spark_master=settings.spark_master,
+        spark_shuffle_partitions=str(settings.spark_shuffle_partitions),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    deadline = time.monotonic() + 1500
+    while time.monotonic() < deadline:
+        runs = [
+            r
+            for r in client.get("/api/v2/dags/eod_trades/dagRuns?limit=100")["dag_runs"]
+            if r["run_type"] == "backfill"
+        ]
+        if len(runs) == 3 and all(r["state"] in ("success", "failed") for r in runs):
+            break
+        time.sleep(10)
+    assert sorted(r["logical_date"][:10] for r in runs) == [str(d) for d in BACKFILL_DAYS]
+    assert [r["state"] for r in runs] == ["success"] * 3, runs
+    for day, files in landed.items():
+        loaded = positions(spark, settings.warehouse, day)
+        assert loaded and loaded == expected_positions(spark, files.eod)

@@ -1,0 +1,172 @@
+"""Stage ``stream`` under Airflow, for real: the EOD correction DAG writes the stream layer
+while the streaming job writes the same business date (two writers), the supervisor restarts
+a streaming job killed with SIGKILL and leaves a healthy one alone, and ``late_data`` re-
+reconciles exactly the date that received late events."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from flows.trades import FLOW
+from streamshift.control.recon import recon_runs_path
+from streamshift.control.stages import promote
+from streamshift.core.heartbeat import processed_events, read_heartbeat
+from streamshift.core.processes import pid_alive
+from streamshift.jobs.eod import run_eod
+from streamshift.jobs.reconcile import run_reconcile
+from streamshift.local.airflow import LocalAirflow
+from streamshift.orchestrate.supervise import read_restarts
+from streamshift.sources.produce import produce_rows, read_rows
+from streamshift.write.apply import apply_changes
+from streamshift.write.target import Target, read
+from streamshift.write.transforms import raw_schema
+from tests.airflow_support import dag_test, land_day, land_external
+from tests.cli_support import CLI, cli_env
+from tests.stream_support import new_topic, oracle, state
+
+pytestmark = [pytest.mark.airflow, pytest.mark.slow]
+
+DAY = dt.date(2026, 11, 9)
+
+
+def _wait_processed(
+    settings, topic: str, n: int, pid: int | None = None, timeout: float = 300
+) -> dict:  # type: ignore[no-untyped-def, type-arg]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        beat = read_heartbeat(settings.home, "trades", "stream")
+        if (pid is None or beat.get("pid") == pid) and processed_events(beat, topic) >= n:
+            return beat
+        time.sleep(1)
+    raise AssertionError(f"the stream did not process {n} events in {timeout}s: {beat}")
+
+
+def test_two_writers_and_the_stream_supervisor(spark, kafka_settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    settings = replace(kafka_settings, home=tmp_path / "home", spark_master="local[2]")
+    LocalAirflow(settings).migrate()  # dag.test() needs the metadata database
+    promote(spark, settings, FLOW, "shadow", by="test")
+    promote(spark, settings, FLOW, "stream", force=True, reason="two-writers test", by="test")
+    files = land_day(settings, DAY, trades=600)
+    eod_rows = read_rows(files.eod, FLOW)
+    # The stream misses 40 trades that the EOD file has; the correction must bring them in.
+    events = [r for i, r in enumerate(eod_rows) if i % 15 != 7] + read_rows(files.corrections, FLOW)
+    topic = new_topic()
+
+    log = open(tmp_path / "stream.log", "wb")  # noqa: SIM115 - closed at the end
+    env = cli_env(
+        settings.home,
+        spark_master="local[2]",
+        spark_shuffle_partitions="2",
+        kafka_bootstrap_servers=settings.kafka_bootstrap_servers,
+    )
+    job = subprocess.Popen(
+        [*CLI, "stream", "--flow", "trades", "--topic", topic],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    restarted: int | None = None
+    try:
+        # Writer one: events for DAY at a steady rate; writer two: the EOD correction DAG.
+        producer = threading.Thread(
+            target=produce_rows,
+            args=(settings, FLOW, events),
+            kwargs={"topic": topic, "rate": 5, "progress": False},
+        )
+        _wait_processed(settings, topic, 0, job.pid, timeout=180)  # the query is up
+        producer.start()
+        time.sleep(5)
+        run = dag_test(settings, "eod_trades", f"{DAY}T22:00:00+00:00", {})
+        producer.join()
+        assert run["state"] == "success", run["output"][-4000:]
+        assert run["tasks"]["correct_stream_layer"] == "success"
+        assert run["tasks"]["load_eod_file"] == "skipped"  # stage stream: no batch load
+        beat = _wait_processed(settings, topic, len(events), job.pid)
+        assert job.poll() is None, "the stream job died while the correction ran"
+
+        stream = Target.open(spark, settings, FLOW, "stream")
+        expected = oracle(spark, eod_rows + events, stream.reference)
+        got = state(spark, stream, expected["state_columns"])
+        assert got["current"] == expected["current"]  # nothing lost, nothing double-counted
+        assert got["positions"] == expected["positions"]
+        current = read(spark, stream.tables.current)
+        corrected = current.where(F.col("_source") == "eod_correction")
+        assert corrected.count() >= 1  # the missed trades came from the correction
+        # Both writers really wrote the same date at the same time: stream commits went on
+        # after the correction's.
+        first_fix = corrected.agg(F.min("_applied_at")).first()[0]
+        last_event = current.where(F.col("_source") == "kafka").agg(F.max("_applied_at")).first()[0]
+        assert last_event > first_fix
+
+        # SIGKILL the job; the supervisor restarts it from its checkpoint and it catches up.
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(30)
+        more = read_rows(files.late, FLOW)
+        produce_rows(settings, FLOW, more, topic=topic, progress=False)
+        supervised = dag_test(settings, "stream_supervisor", "2026-11-09T12:00:00+00:00", {})
+        assert supervised["state"] == "success", supervised["output"][-4000:]
+        restarts = read_restarts(settings, "trades")
+        assert restarts["restarts"] == 1 and restarts["last_reason"].startswith("dead")
+        restarted = int(restarts["pid"])
+        _wait_processed(settings, topic, len(events) + len(more), timeout=420)
+        expected = oracle(spark, eod_rows + events + more, stream.reference)
+        got = state(spark, stream, expected["state_columns"])
+        assert got["current"] == expected["current"] and got["positions"] == expected["positions"]
+
+        # A healthy job is left alone.
+        beat = read_heartbeat(settings.home, "trades", "stream")
+        again = dag_test(settings, "stream_supervisor", "2026-11-09T12:05:00+00:00", {})
+        assert again["state"] == "success"
+        assert read_restarts(settings, "trades")["restarts"] == 1
+        assert read_heartbeat(settings.home, "trades", "stream")["pid"] == beat["pid"]
+        assert "healthy" in again["output"]
+    finally:
+        for pid in (job.pid, restarted):
+            if pid and pid_alive(pid):
+                os.killpg(pid, signal.SIGTERM)
+        job.wait(120)
+        log.close()
+
+
+def test_late_data_re_reconciles_exactly_the_late_date(
+    spark, airflow_stack, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    settings = replace(airflow_stack[0], home=tmp_path / "home")
+    LocalAirflow(settings).migrate()
+    d1, d2 = dt.date(2026, 11, 10), dt.date(2026, 11, 11)
+    batch = Target.open(spark, settings, FLOW, "batch")
+    days = {d: land_day(settings, d, trades=150) for d in (d1, d2)}
+    for d, files in days.items():
+        run_eod(spark, batch, d, files.eod)  # closes the date
+        external = land_external(settings, files, d)  # the clearing house's positions
+        run_reconcile(spark, settings, FLOW, d, parity=False, against=external)
+    runs = read(spark, recon_runs_path(settings))
+    before = {d: runs.where(F.col("business_date") == d).count() for d in (d1, d2)}
+
+    # Late trades of d1 arrive after its reconciliation (as from Kafka: no EOD closes them).
+    late = read_rows(days[d1].late, FLOW)
+    raw = spark.createDataFrame(
+        [tuple(r.get(c) for c in FLOW.columns) + (f"late:{i}", "") for i, r in enumerate(late)],
+        raw_schema(FLOW),
+    )
+    assert apply_changes(FLOW, raw, "kafka", batch).late == len(late)
+
+    run = dag_test(settings, "late_data_trades", "2026-11-12T10:00:00+00:00", {})
+    assert run["state"] == "success", run["output"][-4000:]
+    assert "1 dates to re-reconcile: 2026-11-10" in run["output"]
+    runs = read(spark, recon_runs_path(settings))
+    after = {d: runs.where(F.col("business_date") == d).count() for d in (d1, d2)}
+    assert after[d1] == before[d1] + 1 and after[d2] == before[d2]
+    report = settings.reports / "trades" / str(d1) / "report.html"
+    assert report.exists()
