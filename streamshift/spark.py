@@ -60,6 +60,23 @@ def submit_conf(settings: Settings) -> dict[str, str]:
     }
 
 
+def tuning_conf(settings: Settings) -> dict[str, str]:
+    """Parallelism sized by settings: few partitions for the small tables of one machine.
+
+    Raise ``STREAMSHIFT_SPARK_SHUFFLE_PARTITIONS`` on a cluster; Delta's log replay follows it.
+    """
+    partitions = str(settings.spark_shuffle_partitions)
+    return {
+        "spark.sql.shuffle.partitions": partitions,
+        "spark.default.parallelism": partitions,
+        "spark.databricks.delta.snapshotPartitions": partitions,
+        "spark.databricks.delta.merge.repartitionBeforeWrite.enabled": "true",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.ui.enabled": str(settings.spark_ui).lower(),
+        "spark.ui.showConsoleProgress": "false",
+    }
+
+
 def local_conf(settings: Settings, app_name: str = "streamshift") -> dict[str, str]:
     """The ``local`` profile: the whole configuration of a one-machine Spark."""
     return {
@@ -67,18 +84,11 @@ def local_conf(settings: Settings, app_name: str = "streamshift") -> dict[str, s
         "spark.master": settings.spark_master,
         "spark.jars": ",".join(jars(settings)),
         **submit_conf(settings),
-        "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
-        "spark.default.parallelism": str(settings.spark_shuffle_partitions),
+        **tuning_conf(settings),
         "spark.driver.memory": settings.spark_driver_memory,
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
-        "spark.ui.enabled": str(settings.spark_ui).lower(),
-        "spark.ui.showConsoleProgress": "false",
         "spark.sql.warehouse.dir": str(settings.warehouse / "_spark"),
-        # Small local tables: skip the work Delta does for huge ones.
-        "spark.databricks.delta.snapshotPartitions": "2",
-        "spark.databricks.delta.merge.repartitionBeforeWrite.enabled": "true",
-        "spark.sql.adaptive.enabled": "true",
     }
 
 

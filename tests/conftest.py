@@ -73,8 +73,15 @@ def airflow_stack(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-
     from streamshift.local.airflow import LocalAirflow
 
     home = tmp_path_factory.mktemp("airflow-stack")
+    # Two Spark jobs at once: backfill runs overlap on the two cores (and their commits to the
+    # same tables exercise the write path's conflict retries).
     stack_settings = load_settings(
-        {}, home=home, spark_master="local[2]", spark_shuffle_partitions=2, airflow_port=free_port()
+        {},
+        home=home,
+        spark_master="local[2]",
+        spark_shuffle_partitions=2,
+        airflow_port=free_port(),
+        airflow_spark_slots=2,
     )
     stack = LocalAirflow(stack_settings)
     stack.up(progress=False)

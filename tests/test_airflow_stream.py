@@ -20,12 +20,15 @@ from pyspark.sql import functions as F
 from flows.trades import FLOW
 from streamshift.control.recon import recon_runs_path
 from streamshift.control.stages import promote
+from streamshift.core.catalog import LayerTables
 from streamshift.core.heartbeat import processed_events, read_heartbeat
 from streamshift.core.processes import pid_alive
+from streamshift.core.settings import load_settings
 from streamshift.jobs.eod import run_eod
 from streamshift.jobs.reconcile import run_reconcile
 from streamshift.local.airflow import LocalAirflow
 from streamshift.orchestrate.supervise import read_restarts
+from streamshift.read.tables import rows
 from streamshift.sources.produce import produce_rows, read_rows
 from streamshift.write.apply import apply_changes
 from streamshift.write.target import Target, read
@@ -59,7 +62,9 @@ def test_two_writers_and_the_stream_supervisor(spark, kafka_settings, tmp_path: 
     files = land_day(settings, DAY, trades=600)
     eod_rows = read_rows(files.eod, FLOW)
     # The stream misses 40 trades that the EOD file has; the correction must bring them in.
-    events = [r for i, r in enumerate(eod_rows) if i % 15 != 7] + read_rows(files.corrections, FLOW)
+    day_events = [r for i, r in enumerate(eod_rows) if i % 15 != 7]
+    corrections = read_rows(files.corrections, FLOW)
+    events = day_events + corrections
     topic = new_topic()
 
     log = open(tmp_path / "stream.log", "wb")  # noqa: SIM115 - closed at the end
@@ -78,15 +83,21 @@ def test_two_writers_and_the_stream_supervisor(spark, kafka_settings, tmp_path: 
     )
     restarted: int | None = None
     try:
-        # Writer one: events for DAY at a steady rate; writer two: the EOD correction DAG.
-        producer = threading.Thread(
-            target=produce_rows,
-            args=(settings, FLOW, events),
-            kwargs={"topic": topic, "rate": 5, "progress": False},
-        )
+        # Writer one: events for DAY at a steady rate — the day's trades, then, once the
+        # correction has begun committing, the day's corrections; writer two: the EOD DAG.
+        current_path = LayerTables(settings.warehouse, FLOW, "stream").current
+
+        def feed() -> None:
+            produce_rows(settings, FLOW, day_events, topic=topic, rate=5, progress=False)
+            deadline = time.monotonic() + 900
+            while not rows(current_path, ["trade_id"], [("_source", "=", "eod_correction")]):
+                assert time.monotonic() < deadline, "the correction never committed"
+                time.sleep(1)
+            produce_rows(settings, FLOW, corrections, topic=topic, rate=5, progress=False)
+
+        producer = threading.Thread(target=feed)
         _wait_processed(settings, topic, 0, job.pid, timeout=180)  # the query is up
         producer.start()
-        time.sleep(5)
         run = dag_test(settings, "eod_trades", f"{DAY}T22:00:00+00:00", {})
         producer.join()
         assert run["state"] == "success", run["output"][-4000:]
@@ -139,10 +150,10 @@ def test_two_writers_and_the_stream_supervisor(spark, kafka_settings, tmp_path: 
         log.close()
 
 
-def test_late_data_re_reconciles_exactly_the_late_date(
-    spark, airflow_stack, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
-    settings = replace(airflow_stack[0], home=tmp_path / "home")
+def test_late_data_re_reconciles_exactly_the_late_date(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    settings = load_settings(
+        {}, home=tmp_path / "home", spark_master="local[2]", spark_shuffle_partitions=2
+    )
     LocalAirflow(settings).migrate()
     d1, d2 = dt.date(2026, 11, 10), dt.date(2026, 11, 11)
     batch = Target.open(spark, settings, FLOW, "batch")

@@ -67,13 +67,9 @@ def _spark_kwargs(
     task_id: str, application: str, settings: Settings, doc: str, **extra: Any
 ) -> dict[str, Any]:
     """A Spark job through ``spark_default``: jars and the deployment's conf, never a master."""
-    from streamshift.spark import submit_conf
+    from streamshift.spark import submit_conf, tuning_conf
 
-    conf = {
-        **submit_conf(settings),
-        "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
-        "spark.default.parallelism": str(settings.spark_shuffle_partitions),
-    }
+    conf = {**submit_conf(settings), **tuning_conf(settings)}
     return {
         "task_id": task_id,
         "conn_id": "spark_default",
