@@ -8,7 +8,9 @@ Python tasks import what they need when they run.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +102,17 @@ def mapped_spark_task(
     return StreamshiftSparkSubmitOperator.partial(**kwargs).expand(application_args=args)
 
 
+@contextlib.contextmanager
+def _no_retry_on(*errors: type[Exception]) -> Iterator[None]:
+    """Fail the task at once, in one line, on errors a retry cannot fix (bad params, files)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    try:
+        yield
+    except errors as exc:
+        raise AirflowFailException(str(exc)) from exc
+
+
 def _logical_day() -> dt.date:
     context = get_current_context()
     logical = context.get("logical_date") or context["dag_run"].run_after
@@ -160,7 +173,10 @@ Then **write_report** and **publish_summary** (XCom + one line in the log). Back
 
             params = get_current_context()["params"]
             s = _settings()
-            return T.resolve_inputs(s, flow, dict(params), _logical_day(), current_stage(s, flow))
+            with _no_retry_on(T.InputError):
+                return T.resolve_inputs(
+                    s, flow, dict(params), _logical_day(), current_stage(s, flow)
+                )
 
         inputs = resolve_inputs()
 
@@ -176,7 +192,10 @@ Then **write_report** and **publish_summary** (XCom + one line in the log). Back
 
         @task(doc_md="File-level checks in pure Python (header, delimiter, truncation).")
         def check_raw_file(resolved: dict[str, Any]) -> dict[str, Any]:
-            checked = T.check_raw_file(_settings(), resolved)
+            from streamshift.sources.eodfile import BadFileError
+
+            with _no_retry_on(T.InputError, BadFileError):
+                checked = T.check_raw_file(_settings(), resolved)
             print(f"{checked['file']}: {checked['data_lines']} data lines, columns ok")
             return checked
 
