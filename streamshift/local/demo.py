@@ -98,6 +98,10 @@ class _Demo:
         self.airflow = airflow
         self.client = airflow.client()
         self.runs = 0
+        # The DAG is paused at creation; the demo's runs are triggered, its schedule's own run
+        # (for the latest business day) waits for a file the demo never lands.
+        self.client.wait_for_dag("eod_trades")
+        self.client.unpause("eod_trades")
 
     # ---- helpers ------------------------------------------------------------------------
     def day_files(self, day: dt.date, trades: int):  # type: ignore[no-untyped-def]
@@ -181,7 +185,9 @@ class _Demo:
         print(f"  watch it: {self.airflow.url}/dags/eod_trades/runs/{run_id}")
         run = self.client.wait_for_run("eod_trades", run_id, timeout=1800, progress=False)
         states = self.client.task_states("eod_trades", run_id)
-        ran = ", ".join(f"{t} {s}" for t, s in states.items() if s in ("success", "skipped"))
+        spark_tasks = ("load_eod_file", "reconcile", "correct_stream_layer", "write_report")
+        ran = ", ".join(t for t in spark_tasks if states.get(t) == "success")
+        skipped = ", ".join(t for t in spark_tasks if states.get(t) == "skipped")
         if run["state"] != "success":
             raise RuntimeError(
                 f"eod_trades {run_id} {run['state']} ({states}); see its task logs "
@@ -191,7 +197,10 @@ class _Demo:
             f"/api/v2/dags/eod_trades/dagRuns/{run_id}/taskInstances/"
             "publish_summary/xcomEntries/return_value"
         )["value"]
-        print(f"  {run_id}: {ran}")
+        print(
+            f"  {run_id}: Spark jobs {ran}"
+            + (f"; skipped in this stage: {skipped}" if skipped else "")
+        )
         print(
             f"  summary: stage {summary['stage']}, {summary['verdict']} in "
             f"{summary['reconciliations']} reconciliations; report {summary['report']}"
@@ -397,6 +406,13 @@ class _Demo:
         self.produce([r for r in rows if r is not lost])
         self.caught_up()
         self.eod_run(d5, self.land(d5, "demo_eod.csv", self.files[d5].eod))
+        repaired = (
+            read(self.spark, self.stream.tables.current)
+            .where(F.col("trade_id") == F.lit(lost["trade_id"]))
+            .select("trade_id", "version", "_source")
+        )
+        print("  the missed trade in the stream layer now (its source is the EOD correction):")
+        self.print_rows(repaired)
 
         from streamshift.core.heartbeat import read_status
 
