@@ -105,12 +105,13 @@ def test_dag_test_loads_the_day_and_a_second_run_changes_no_table(
 
 @pytest.mark.airflow
 @pytest.mark.slow
-def test_rest_trigger_as_the_ui_does_and_bad_params_run_nothing(
-    spark, airflow_stack, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stack) -> None:  # type: ignore[no-untyped-def]
+    """A run triggered over the REST API as the UI does, and a three-date backfill created
+    with ``streamshift airflow cli`` while it runs: their Spark jobs share the pool."""
     settings, client = airflow_stack
     files = land_day(settings, REST_DAY)
     land_external(settings, files, REST_DAY)
+    landed = {day: land_day(settings, day) for day in BACKFILL_DAYS}
     client.wait_for_dag("eod_trades")
     client.unpause("eod_trades")
 
@@ -126,9 +127,9 @@ def test_rest_trigger_as_the_ui_does_and_bad_params_run_nothing(
         assert refused.value.status == 400
         assert f"Invalid input for param {named}" in refused.value.detail
 
-    # A symlink out of the landing folder passes the schema; the first task refuses it.
+    # A symlink out of the landing folder passes the schema; the first task refuses it, at once.
     link = T.landing_dir(settings, "trades") / "outside.csv"
-    link.symlink_to(files.eod.parent.parent.parent.parent / "elsewhere.csv")
+    link.symlink_to(settings.home / "elsewhere.csv")
     client.trigger(
         "eod_trades", {"business_date": str(REST_DAY), "file": "outside.csv"}, run_id="symlink-out"
     )
@@ -138,27 +139,6 @@ def test_rest_trigger_as_the_ui_does_and_bad_params_run_nothing(
     assert states["load_eod_file"] == "upstream_failed"  # no Spark job started
 
     client.trigger("eod_trades", {"business_date": str(REST_DAY)}, run_id="rest-day")
-    run = client.wait_for_run("eod_trades", "rest-day", timeout=900)
-    states = client.task_states("eod_trades", "rest-day")
-    assert run["state"] == "success", states
-    assert states["reconcile"] == "success"  # against the external (clearing) file
-    summary = client.get(
-        "/api/v2/dags/eod_trades/dagRuns/rest-day/taskInstances/"
-        "publish_summary/xcomEntries/return_value"
-    )["value"]
-    assert summary["business_date"] == str(REST_DAY) and summary["reconciliations"] == 1
-    assert summary["breaks"] > 0  # the generated clearing file carries deliberate breaks
-    loaded = positions(spark, settings.warehouse, REST_DAY)
-    assert loaded and loaded == expected_positions(spark, files.eod)
-
-
-@pytest.mark.airflow
-@pytest.mark.slow
-def test_backfill_three_business_dates(spark, airflow_stack, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    settings, client = airflow_stack
-    landed = {day: land_day(settings, day) for day in BACKFILL_DAYS}
-    client.wait_for_dag("eod_trades")
-    client.unpause("eod_trades")
     # As a user backfills: `streamshift airflow cli backfill create ...` on the running stack.
     done = run_cli(
         settings.home,
@@ -179,6 +159,19 @@ def test_backfill_three_business_dates(spark, airflow_stack, tmp_path: Path) -> 
     )
     assert done.returncode == 0, done.stderr[-3000:]
 
+    run = client.wait_for_run("eod_trades", "rest-day", timeout=1200)
+    states = client.task_states("eod_trades", "rest-day")
+    assert run["state"] == "success", states
+    assert states["reconcile"] == "success"  # against the external (clearing) file
+    summary = client.get(
+        "/api/v2/dags/eod_trades/dagRuns/rest-day/taskInstances/"
+        "publish_summary/xcomEntries/return_value"
+    )["value"]
+    assert summary["business_date"] == str(REST_DAY) and summary["reconciliations"] == 1
+    assert summary["breaks"] > 0  # the generated clearing file carries deliberate breaks
+    loaded = positions(spark, settings.warehouse, REST_DAY)
+    assert loaded and loaded == expected_positions(spark, files.eod)
+
     deadline = time.monotonic() + 1500
     while time.monotonic() < deadline:
         runs = [
@@ -191,6 +184,6 @@ def test_backfill_three_business_dates(spark, airflow_stack, tmp_path: Path) -> 
         time.sleep(10)
     assert sorted(r["logical_date"][:10] for r in runs) == [str(d) for d in BACKFILL_DAYS]
     assert [r["state"] for r in runs] == ["success"] * 3, runs
-    for day, files in landed.items():
+    for day, day_files in landed.items():
         loaded = positions(spark, settings.warehouse, day)
-        assert loaded and loaded == expected_positions(spark, files.eod)
+        assert loaded and loaded == expected_positions(spark, day_files.eod)
