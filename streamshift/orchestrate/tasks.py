@@ -85,10 +85,9 @@ def resolve_inputs(
         raise InputError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     landing = landing_dir(settings, flow)
     path = resolve_in_landing(landing, params.get("file") or default_file(flow, business_date))
-    external = external_file(settings, flow, business_date)
     loading = stage in LOADING_STAGES
     common = ["--flow", flow, "--date", business_date]
-    against = ["--against", str(external)] if external.exists() else []
+    against = _against(settings, flow, business_date)
     reconcile_args = reconcile_arguments(settings, flow, business_date, stage)
     return {
         "flow": flow,
@@ -96,7 +95,7 @@ def resolve_inputs(
         "mode": mode,
         "file": str(path),
         "stage": stage,
-        "external": str(external) if external.exists() else None,
+        "external": against[1] if against else None,
         "path": "load_eod_file" if loading else "correct_stream_layer",
         # Batch: only an external file to reconcile against; shadow: stream vs batch too.
         "reconcile": bool(reconcile_args),
@@ -107,12 +106,17 @@ def resolve_inputs(
     }
 
 
+def _against(settings: Settings, flow: str, business_date: str) -> list[str]:
+    """``--against FILE`` when the date's external file has landed, else nothing."""
+    external = external_file(settings, flow, business_date)
+    return ["--against", str(external)] if external.exists() else []
+
+
 def reconcile_arguments(settings: Settings, flow: str, business_date: str, stage: str) -> list[str]:
     """``spark_jobs/reconcile.py`` arguments for a date: stream vs batch in ``shadow``, and
     against the landed external file when there is one; empty when there is nothing to
     reconcile against."""
-    external = external_file(settings, flow, business_date)
-    against = ["--against", str(external)] if external.exists() else []
+    against = _against(settings, flow, business_date)
     if stage != "shadow" and not against:
         return []
     parity = [] if stage == "shadow" else ["--no-parity"]

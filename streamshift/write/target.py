@@ -178,23 +178,23 @@ class Target:
         """Read one of the layer's tables (``current``, ``history``, ``quarantine``,
         ``late_events`` or a view), empty when it was never written."""
         tables = self.tables
+        fixed = {"quarantine": QUARANTINE_SCHEMA, "late_events": LATE_EVENTS_SCHEMA}
         paths = {
             "current": tables.current,
             "history": tables.history,
             "quarantine": tables.quarantine,
             "late_events": tables.late_events,
         }
-        if name in paths:
-            schemas = {"quarantine": QUARANTINE_SCHEMA, "late_events": LATE_EVENTS_SCHEMA}
-            path = paths[name]
-            if not is_table(self.spark, path):
-                schema = schemas.get(name) or state_schema(self.spark, self.flow)
-                return self.spark.createDataFrame([], schema)
+        path = paths[name] if name in paths else tables.view(name)
+        if is_table(self.spark, path):
             return read(self.spark, path)
-        path = tables.view(name)
-        if not is_table(self.spark, path):
-            return self.spark.createDataFrame([], view_schema(self.spark, self.flow, name))
-        return read(self.spark, path)
+        if name in fixed:
+            schema: StructType | str = fixed[name]
+        elif name in paths:
+            schema = state_schema(self.spark, self.flow)
+        else:
+            schema = view_schema(self.spark, self.flow, name)
+        return self.spark.createDataFrame([], schema)
 
     def closed_dates(self) -> set[dt.date]:
         """Business dates an EOD run has closed for this flow (any layer).
