@@ -119,17 +119,16 @@ def _cmd_eod(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from streamshift.control.serving import serving_view_frame, show, view_frame
-    from streamshift.write.target import Target
+    from streamshift.control.serving import serving_view_rows, show, view_rows
+    from streamshift.core.registry import get_flow
 
-    settings, spark, flow = _spark(args.flow)
+    settings, flow = load_settings(), get_flow(args.flow)
     if args.layer == "serving":
-        frame = serving_view_frame(spark, settings, flow, args.view, args.date)
+        result = serving_view_rows(settings, flow, args.view, args.date, args.limit)
     else:
-        frame = view_frame(
-            spark, Target.open(spark, settings, flow, args.layer), args.view, args.date
-        )
-    show(frame, args.format, args.limit, sys.stdout)
+        dates = None if args.date is None else [args.date]
+        result = view_rows(settings, flow, args.layer, args.view, dates, limit=args.limit)
+    show(result, args.format, sys.stdout)
     return 0
 
 
@@ -152,11 +151,15 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
 
 
 def _cmd_stage(args: argparse.Namespace) -> int:
-    from streamshift.control.stages import current_stage, promotion_evidence, stage_history
+    from streamshift.control.stages import promotion_evidence
+    from streamshift.core.registry import flow_names
+    from streamshift.read.control import current_stage, stage_history
 
-    settings, spark, flow = _spark(args.flow)
-    print(f"{flow.name}: stage {current_stage(spark, settings, flow)}")
-    evidence = promotion_evidence(spark, settings, flow)
+    settings, flow = load_settings(), args.flow
+    if flow not in flow_names():
+        raise UserError(f"unknown flow {flow!r}; flows: {', '.join(flow_names())}")
+    print(f"{flow}: stage {current_stage(settings, flow)}")
+    evidence = promotion_evidence(settings, flow)
     print(f"promotion evidence (last {evidence.window} reconciled dates, stream vs batch):")
     for d in evidence.dates:
         print(
@@ -166,7 +169,7 @@ def _cmd_stage(args: argparse.Namespace) -> int:
     for problem in evidence.problems():
         print(f"    not enough: {problem}")
     print("stage history:")
-    for change in stage_history(spark, settings, flow):
+    for change in stage_history(settings, flow):
         forced = f" FORCED ({change['reason']})" if change["forced"] else ""
         print(
             f"    {change['changed_at']}  {change['from_stage']} → {change['to_stage']}  "
@@ -198,20 +201,53 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from streamshift.control.report import write_report
+    from streamshift.core.registry import flow_names
 
-    settings, spark, flow = _spark(args.flow)
-    html_path, json_path = write_report(spark, settings, flow, args.date)
+    if args.flow not in flow_names():
+        raise UserError(f"unknown flow {args.flow!r}; flows: {', '.join(flow_names())}")
+    html_path, json_path = write_report(load_settings(), args.flow, args.date)
     print(f"report: {html_path}")
     print(f"summary for machines: {json_path}")
     return 0
 
 
 def _cmd_promote(args: argparse.Namespace) -> int:
-    from streamshift.control.stages import promote
+    from streamshift.control.stages import check_promotion, promote
 
+    settings = load_settings()
+    # The gate first, without a JVM: a refusal answers at once.
+    check_promotion(settings, args.flow, args.to, force=args.force, reason=args.reason)
     settings, spark, flow = _spark(args.flow)
-    change = promote(spark, settings, flow, args.to, force=args.force, reason=args.reason)
+    change = promote(
+        spark, settings, flow.name, args.to, force=args.force, reason=args.reason, by=args.by
+    )
     print(change.describe())
+    return 0
+
+
+def _cmd_quality(args: argparse.Namespace) -> int:
+    from streamshift.quality.project import datasets
+    from streamshift.quality.validate import data_docs_dir, run_quality
+
+    if not datasets(args.flow):
+        raise UserError(
+            f"flow {args.flow!r} has no data-quality suites (expectations/gx/expectations/"
+            f"{args.flow}/); flows with suites have a folder there"
+        )
+    if args.file is not None and not args.file.exists():
+        raise UserError(f"EOD file {args.file} not found; pass an existing CSV file or no --file")
+    settings, spark, flow = _spark(args.flow)
+    run = run_quality(
+        spark, settings, flow, args.date, args.layer, file=args.file, only=args.dataset or None
+    )
+    print(run.table(), end="")
+    print(run.describe())
+    print(f"Data Docs: {data_docs_dir(settings) / 'index.html'}")
+    if run.failures:
+        message = run.failure_line()
+        print(message, file=sys.stderr)
+        _report_error(message)
+        return 1
     return 0
 
 
@@ -485,7 +521,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", required=True, choices=["batch", "shadow", "stream", "kappa"])
     p.add_argument("--force", action="store_true")
     p.add_argument("--reason", help="why (required with --force)")
+    p.add_argument(
+        "--by",
+        help="who is recorded as changed_by (default: the OS user; the streamshift_promote "
+        "DAG passes the Airflow user who triggered it)",
+    )
     p.set_defaults(handler=_cmd_promote)
+
+    p = sub.add_parser(
+        "quality",
+        help="validate a business date's data with Great Expectations (Data Docs, exit 1 on fail)",
+        description="Run the flow's Great Expectations checkpoints with Spark on the date's "
+        "data: the EOD file (--file; suite <flow>.raw), the layer's current state, its views "
+        "and quarantine. Each expectation has a policy beside it in its suite "
+        "(expectations/gx/expectations/<flow>/): warn is recorded and the run goes on, fail "
+        "makes this command exit 1 naming the expectation, its observed value and threshold. "
+        "Prints a one-screen summary (expectation, policy, observed, result), records every "
+        "check in the quality_runs Delta table and rebuilds Data Docs under "
+        "STREAMSHIFT_HOME/reports/data_docs. Exit 0 when nothing failed (warnings allowed).",
+    )
+    p.add_argument("--flow", required=True)
+    p.add_argument("--date", required=True, type=_date, help="business date YYYY-MM-DD")
+    p.add_argument("--layer", choices=["batch", "stream"], default="batch")
+    p.add_argument("--file", type=Path, help="the day's EOD file, for the raw-file suite")
+    p.add_argument(
+        "--dataset",
+        action="append",
+        help="validate only this dataset (raw, current, a view, quarantine); repeatable",
+    )
+    p.set_defaults(handler=_cmd_quality)
 
     p = sub.add_parser(
         "replay",

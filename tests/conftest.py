@@ -82,6 +82,7 @@ def airflow_stack(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-
         spark_shuffle_partitions=2,
         airflow_port=free_port(),
         airflow_spark_slots=2,
+        promotion_window=3,
     )
     stack = LocalAirflow(stack_settings)
     stack.up(progress=False)
@@ -89,3 +90,31 @@ def airflow_stack(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-
         yield stack_settings, stack.client()
     finally:
         stack.down()
+
+
+@pytest.fixture
+def browser(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Headless Debian chromium driven by Selenium through chromium-driver (``scripts/setup
+    --browser`` installs both); screenshots go under the test's temp dir."""
+    import shutil
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    chromium, driver_binary = shutil.which("chromium"), shutil.which("chromedriver")
+    assert chromium and driver_binary, (
+        "chromium and chromium-driver are missing: run scripts/setup --browser "
+        "(or apt-get install chromium chromium-driver)"
+    )
+    options = Options()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage"):
+        options.add_argument(arg)
+    options.add_argument("--window-size=1400,1100")
+    driver = webdriver.Chrome(service=Service(driver_binary), options=options)
+    driver.implicitly_wait(0)
+    try:
+        yield driver
+    finally:
+        driver.quit()

@@ -57,8 +57,8 @@ def _wait_processed(
 def test_two_writers_and_the_stream_supervisor(spark, kafka_settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     settings = replace(kafka_settings, home=tmp_path / "home", spark_master="local[2]")
     LocalAirflow(settings).migrate()  # dag.test() needs the metadata database
-    promote(spark, settings, FLOW, "shadow", by="test")
-    promote(spark, settings, FLOW, "stream", force=True, reason="two-writers test", by="test")
+    promote(spark, settings, FLOW.name, "shadow", by="test")
+    promote(spark, settings, FLOW.name, "stream", force=True, reason="two-writers test", by="test")
     files = land_day(settings, DAY, trades=600)
     eod_rows = read_rows(files.eod, FLOW)
     # The stream misses 40 trades that the EOD file has; the correction must bring them in.

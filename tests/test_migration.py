@@ -19,11 +19,13 @@ from flows.trades import FLOW
 from flows.trades.generate import generate_day
 from streamshift.control.recon import recon_breaks_path, recon_runs_path
 from streamshift.control.report import write_report
-from streamshift.control.serving import serving_frame
-from streamshift.control.stages import PromotionRefused, current_stage, promote
+from streamshift.control.serving import serving_view_rows
+from streamshift.control.stages import PromotionRefused, promote
 from streamshift.jobs.eod import run_eod
 from streamshift.jobs.reconcile import eod_correct, reconcile_date
 from streamshift.jobs.stream import run_stream
+from streamshift.read import tables as jvm_free
+from streamshift.read.control import current_stage
 from streamshift.sources.produce import produce_rows, read_rows
 from streamshift.write.target import Target, read
 from tests.stream_support import isolated, new_topic
@@ -76,8 +78,8 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
 
     # Day 1, stage batch: the EOD file into the batch layer; no stream job yet.
     run_eod(spark, batch, DAYS[0], files[DAYS[0]].eod)
-    promote(spark, settings, FLOW, "shadow", by="test")
-    assert current_stage(spark, settings, FLOW) == "shadow"
+    promote(spark, settings, FLOW.name, "shadow", by="test")
+    assert current_stage(settings, FLOW.name) == "shadow"
 
     # Days 2-8, stage shadow: the stream job writes the stream layer as the day goes; day 3's
     # stream misses two trades.
@@ -105,22 +107,21 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
             assert parity.clean, parity.describe()
 
     with pytest.raises(PromotionRefused) as refused:
-        promote(spark, settings, FLOW, "stream")
+        promote(spark, settings, FLOW.name, "stream")
     assert f"{gap_day} had" in str(refused.value)
 
     for d in DAYS[6:8]:
         [parity] = eod_day(d)
         assert parity.clean, parity.describe()
-    change = promote(spark, settings, FLOW, "stream", by="test")
+    change = promote(spark, settings, FLOW.name, "stream", by="test")
     assert [e["business_date"] for e in change.evidence.dates] == DAYS[3:8][::-1]
 
     # The serving read follows the stage: stream layer now (batch for closed dates in shadow).
-    assert (
-        serving_frame(spark, settings, FLOW, "positions", gap_day).count()
-        == read(spark, Target.open(spark, settings, FLOW, "stream").tables.view("positions"))
-        .where(f"business_date = DATE'{gap_day}'")
-        .count()
-    )
+    served = serving_view_rows(settings, FLOW, "positions", gap_day)
+    stream_positions = read(
+        spark, Target.open(spark, settings, FLOW, "stream").tables.view("positions")
+    ).where(f"business_date = DATE'{gap_day}'")
+    assert sorted(served.rows) == sorted(tuple(r) for r in stream_positions.collect())
 
     # Day 9, stage stream: the stream misses one trade; the EOD run reconciles the EOD file
     # against the stream layer, applies the difference as a correction, and reconciles again.
@@ -178,7 +179,7 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
     assert source["_source"] == "eod_correction"
 
     # The report: renders, charts present, numbers equal to the tables.
-    html_path, json_path = write_report(spark, settings, FLOW, d9)
+    html_path, json_path = write_report(settings, FLOW.name, d9)
     parser = _Charts()
     parser.feed(html_path.read_text())
     assert parser.figures == 5 and parser.svgs >= 5 and parser.tables >= 2
@@ -199,3 +200,25 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
         ("batch", "shadow"),
         ("shadow", "stream"),
     ]
+
+    # Every table of the warehouse reads the same without a JVM (deltalake, what show, stage,
+    # the report and the Airflow page use) as through Spark, deletion vectors and all: day 9's
+    # corrections applied to the batch layer after its EOD file update rows in place.
+    run_eod(spark, batch, d9, files[d9].eod)
+    run_eod(spark, batch, d9, files[d9].corrections)
+    tables = jvm_free.delta_tables(settings.warehouse)
+    assert len(tables) >= 12
+    for path in tables:
+        through_spark = sorted(
+            (sorted(r.asDict().items()) for r in read(spark, str(path)).collect()), key=repr
+        )
+        without_jvm = sorted((sorted(r.items()) for r in jvm_free.rows(path)), key=repr)
+        assert without_jvm == through_spark, path
+    with_deletion_vectors = [
+        path
+        for path in tables
+        if any(
+            '"deletionVector":{' in log.read_text() for log in (path / "_delta_log").glob("*.json")
+        )
+    ]
+    assert batch.tables.current in {str(p) for p in with_deletion_vectors}

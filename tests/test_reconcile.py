@@ -12,7 +12,8 @@ import pytest
 from flows.trades import FLOW
 from streamshift.control.compare import compare
 from streamshift.control.recon import ReconResult, record
-from streamshift.control.stages import PromotionRefused, current_stage, promote, stage_history
+from streamshift.control.stages import PromotionRefused, promote
+from streamshift.read.control import current_stage, stage_history
 
 pytestmark = [pytest.mark.spark]
 
@@ -113,37 +114,43 @@ def test_promotion_gate_refuses_names_dates_and_records_every_change(
     spark, settings, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
     s = replace(settings, home=tmp_path, promotion_window=3)
-    assert current_stage(spark, s, FLOW) == "batch"
+    assert current_stage(s, FLOW.name) == "batch"
     with pytest.raises(PromotionRefused, match="one stage at a time"):
-        promote(spark, s, FLOW, "stream")
-    promote(spark, s, FLOW, "shadow", by="alice")
+        promote(spark, s, FLOW.name, "stream")
+    promote(spark, s, FLOW.name, "shadow", by="alice")
 
     days = [D + dt.timedelta(days=i) for i in range(4)]
     _record_parity(spark, s, days[0], 0)
     _record_parity(spark, s, days[1], 2)
     with pytest.raises(PromotionRefused) as refused:
-        promote(spark, s, FLOW, "stream")
+        promote(spark, s, FLOW.name, "stream")
     message = str(refused.value)
     assert f"{days[1]} had 2 breaks" in message and "only 2 of the 3" in message
 
     _record_parity(spark, s, days[2], 0)
     _record_parity(spark, s, days[3], 0)
     with pytest.raises(PromotionRefused, match=f"{days[1]} had 2 breaks"):
-        promote(spark, s, FLOW, "stream")  # day 1 is still among the last three
+        promote(spark, s, FLOW.name, "stream")  # day 1 is still among the last three
     _record_parity(spark, s, days[1], 0)  # re-reconciled after a repair: the latest run counts
-    change = promote(spark, s, FLOW, "stream", by="bob")
+    change = promote(spark, s, FLOW.name, "stream", by="bob")
     assert [d["business_date"] for d in change.evidence.dates] == [days[3], days[2], days[1]]
 
     with pytest.raises(PromotionRefused, match="needs --reason"):
-        promote(spark, s, FLOW, "kappa", force=True)
-    promote(spark, s, FLOW, "shadow", by="carol")  # demotion: always allowed
+        promote(spark, s, FLOW.name, "kappa", force=True)
+    promote(spark, s, FLOW.name, "shadow", by="carol")  # demotion: always allowed
     _record_parity(spark, s, days[3], 5)
     promote(
-        spark, s, FLOW, "stream", force=True, reason="incident 42: batch source down", by="dave"
+        spark,
+        s,
+        FLOW.name,
+        "stream",
+        force=True,
+        reason="incident 42: batch source down",
+        by="dave",
     )
     history = [
         (c["from_stage"], c["to_stage"], c["changed_by"], c["forced"], c["reason"])
-        for c in stage_history(spark, s, FLOW)
+        for c in stage_history(s, FLOW.name)
     ]
     assert history == [
         ("batch", "shadow", "alice", False, None),
@@ -151,4 +158,4 @@ def test_promotion_gate_refuses_names_dates_and_records_every_change(
         ("stream", "shadow", "carol", False, None),
         ("shadow", "stream", "dave", True, "incident 42: batch source down"),
     ]
-    assert current_stage(spark, s, FLOW) == "stream"
+    assert current_stage(s, FLOW.name) == "stream"

@@ -13,10 +13,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType, IntegralType, NumericType
 
-MISSING_LEFT = "missing_left"  # the key exists only on the right
-MISSING_RIGHT = "missing_right"  # the key exists only on the left
-VALUE_MISMATCH = "value_mismatch"
-KINDS = (MISSING_LEFT, MISSING_RIGHT, VALUE_MISMATCH)
+from streamshift.core.catalog import KINDS, MISSING_LEFT, MISSING_RIGHT, VALUE_MISMATCH
+
+__all__ = ["KINDS", "MISSING_LEFT", "MISSING_RIGHT", "VALUE_MISMATCH", "compare"]
 
 BREAK_COLUMNS = ["kind", "key", "column", "left_value", "right_value", "difference"]
 

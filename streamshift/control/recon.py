@@ -35,13 +35,10 @@ from streamshift.control.compare import (
 from streamshift.core.catalog import RECON_BREAKS_SCHEMA, RECON_RUNS_SCHEMA, ControlTables
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.flow import Flow
-from streamshift.write.target import ensure_table, read_or_empty
+from streamshift.write.target import ensure_table
 
 if TYPE_CHECKING:
     from streamshift.core.settings import Settings
-
-
-PARITY, EXTERNAL, EOD_FILE = "parity", "external", "eod_file"
 
 
 class ReconcileError(StreamshiftError):
@@ -176,31 +173,6 @@ def read_external_view(
         )
     raw = raw.toDF(*header)
     return raw.select(*[F.trim(F.col(c)).try_cast(types[c]).alias(c) for c in header if c in types])
-
-
-def latest_runs(spark: SparkSession, settings: Settings, flow: Flow) -> DataFrame:
-    """The latest run of each reconciliation of each business date: a date re-reconciled
-    after a repair counts by its newest result."""
-    from pyspark.sql.window import Window
-
-    runs = read_or_empty(spark, recon_runs_path(settings), RECON_RUNS_SCHEMA).where(
-        F.col("flow") == flow.name
-    )
-    newest_first = Window.partitionBy("business_date", "recon").orderBy(F.col("run_at").desc())
-    return runs.withColumn("_n", F.row_number().over(newest_first)).where("_n = 1").drop("_n")
-
-
-def parity_by_date(latest: DataFrame) -> DataFrame:
-    """Per business date: clean when every view's latest parity run is clean; total breaks."""
-    return (
-        latest.where(F.col("recon").startswith(PARITY))
-        .groupBy("business_date")
-        .agg(
-            F.bool_and("clean").alias("clean"),
-            F.sum("breaks").alias("breaks"),
-            F.max("run_id").alias("run_id"),
-        )
-    )
 
 
 def new_run_id() -> str:

@@ -16,16 +16,18 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
-
-from streamshift.control.compare import KINDS
-from streamshift.control.recon import latest_runs, parity_by_date, recon_breaks_path
-from streamshift.control.stages import current_stage, stage_history
-from streamshift.core.catalog import RECON_BREAKS_SCHEMA
-from streamshift.core.flow import Flow
+from streamshift.core.catalog import KINDS, LAYERS
 from streamshift.core.heartbeat import progress_path, read_progress
-from streamshift.write.target import Target, read_or_empty
+from streamshift.quality.project import counts_by_verdict
+from streamshift.read.control import (
+    breaks_of,
+    current_stage,
+    latest_runs,
+    parity_by_date,
+    quality_results,
+    stage_history,
+)
+from streamshift.read.tables import rows
 
 if TYPE_CHECKING:
     from streamshift.core.settings import Settings
@@ -33,63 +35,34 @@ if TYPE_CHECKING:
 STREAK_DAYS = 30
 
 
-def report_dir(settings: Settings, flow: Flow, business_date: dt.date) -> Path:
-    return settings.reports / flow.name / business_date.isoformat()
+def report_dir(settings: Settings, flow: str, business_date: dt.date) -> Path:
+    return settings.reports / flow / business_date.isoformat()
 
 
 # ---- data ---------------------------------------------------------------------------------
-def collect(
-    spark: SparkSession, settings: Settings, flow: Flow, business_date: dt.date
-) -> dict[str, Any]:
-    """Everything the report shows, as plain data (this is also the JSON summary)."""
-    latest = latest_runs(spark, settings, flow)
-    today = [
-        r.asDict()
-        for r in latest.where(F.col("business_date") == F.lit(business_date))
-        .orderBy("recon")
-        .collect()
-    ]
-    run_ids = [r["run_id"] for r in today]
-    breaks = read_or_empty(spark, recon_breaks_path(settings), RECON_BREAKS_SCHEMA).where(
-        (F.col("flow") == flow.name)
-        & (F.col("business_date") == F.lit(business_date))
-        & F.col("run_id").isin(run_ids or [""])
-    )
-    worst = [
-        r.asDict()
-        for r in breaks.orderBy(F.abs(F.coalesce("difference", F.lit(float("inf")))).desc(), "key")
-        .limit(15)
-        .collect()
-    ]
+def collect(settings: Settings, flow: str, business_date: dt.date) -> dict[str, Any]:
+    """Everything the report shows, as plain data (this is also the JSON summary).
+
+    Read without a JVM: the report is written by the CLI, a Python task of the EOD DAG, and
+    linked from the Airflow Migration page.
+    """
+    latest = latest_runs(settings, flow)
+    today = [r for r in latest if r["business_date"] == business_date]
+    today.sort(key=lambda r: r["recon"])
+    worst = breaks_of(settings, flow, business_date, [r["run_id"] for r in today], limit=15)
     streak = [
-        r.asDict()
-        for r in parity_by_date(latest)
-        .select("business_date", "breaks", "clean")
-        .orderBy(F.col("business_date").desc())
-        .limit(STREAK_DAYS)
-        .collect()
-    ][::-1]
+        {k: s[k] for k in ("business_date", "breaks", "clean")} for s in parity_by_date(latest)
+    ][-STREAK_DAYS:]
 
     quarantine: Counter[str] = Counter()
     late_by_hour: Counter[int] = Counter()
-    for layer in ("batch", "stream"):
-        target = Target.open(spark, settings, flow, layer)
-        for r in (
-            target.table("quarantine")
-            .where((F.col("flow") == flow.name) & (F.col("business_date") == F.lit(business_date)))
-            .groupBy("rule")
-            .count()
-            .collect()
-        ):
-            quarantine[f"{layer}: {r['rule']}"] += r["count"]
-        for r in (
-            target.table("late_events")
-            .where((F.col("flow") == flow.name) & (F.col("business_date") == F.lit(business_date)))
-            .groupBy(F.hour("arrived_at").alias("hour"))
-            .count()
-            .collect()
-        ):
-            late_by_hour[r["hour"]] += r["count"]
+    on_day = [("flow", "=", flow), ("business_date", "=", business_date)]
+    for layer in LAYERS:
+        root = settings.warehouse / layer
+        for r in rows(root / "quarantine", ["rule"], on_day):
+            quarantine[f"{layer}: {r['rule']}"] += 1
+        for r in rows(root / "late_events", ["arrived_at"], on_day):
+            late_by_hour[r["arrived_at"].hour] += 1
 
     day = business_date.isoformat()
     batches = [
@@ -99,7 +72,7 @@ def collect(
             "duration_s": p["duration_ms"] / 1000,
             "input_rows": p["input_rows"],
         }
-        for p in read_progress(progress_path(settings.home, flow.name, "stream"))
+        for p in read_progress(progress_path(settings.home, flow, "stream"))
     ]
     # The business date's own (UTC) day; for a date the stream did not run on (a replayed
     # or generated day), the last 24 hours, labelled as such.
@@ -114,10 +87,10 @@ def collect(
         ]
         window = f"the last 24 hours of stream batches (none ran on {day})"
     return {
-        "flow": flow.name,
+        "flow": flow,
         "business_date": day,
         "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "stage": current_stage(spark, settings, flow),
+        "stage": current_stage(settings, flow),
         "reconciliations": today,
         "breaks_by_kind": {k: sum(int(r[k]) for r in today) for k in KINDS},
         "worst_breaks": worst,
@@ -126,7 +99,23 @@ def collect(
         "stream_progress_window": window,
         "quarantine_by_rule": dict(sorted(quarantine.items())),
         "late_events_by_hour": {str(h): n for h, n in sorted(late_by_hour.items())},
-        "stage_history": stage_history(spark, settings, flow),
+        "stage_history": stage_history(settings, flow),
+        "quality": _quality(settings, flow, business_date),
+    }
+
+
+def _quality(settings: Settings, flow: str, business_date: dt.date) -> dict[str, Any]:
+    """The date's latest data-quality results: counts, what did not pass, Data Docs pages."""
+    checks = quality_results(settings, flow, business_date)
+    docs = {f"{r['suite']} ({r['layer']})": r["docs_page"] for r in checks if r["docs_page"]}
+    return {
+        "counts": counts_by_verdict(checks),
+        "not_passed": [
+            {k: r[k] for k in ("suite", "layer", "expectation", "policy", "observed", "threshold")}
+            for r in checks
+            if not r["success"]
+        ],
+        "data_docs": dict(sorted(docs.items())),
     }
 
 
@@ -147,15 +136,18 @@ def _bar(
     title: str,
     colors: list[str] | None = None,
     horizontal: bool = False,
+    empty: str = "nothing to show",
 ) -> str:
+    """A bar chart; with nothing to draw (no bars, or all zero), ``empty`` in words instead of
+    an empty axis."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, max(2.2, 0.3 * len(labels)) if horizontal else 2.8))
-    if not labels:
-        ax.text(0.5, 0.5, "nothing to show", ha="center", va="center", transform=ax.transAxes)
+    if not labels or not any(values):
+        ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes, fontsize=12)
         ax.set_axis_off()
     elif horizontal:
         ax.barh(labels, values, color=colors or "#4c72b0")
@@ -205,6 +197,27 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _quality_html(quality: dict[str, Any]) -> str:
+    counts = quality["counts"]
+    if not sum(counts.values()):
+        return "<p class='none'>no data-quality run for this date yet</p>"
+    # Data Docs live in reports/data_docs; this report is reports/<flow>/<date>/report.html.
+    links = " · ".join(
+        f"<a href='../../data_docs/{html.escape(page)}'>{html.escape(name)}</a>"
+        for name, page in quality["data_docs"].items()
+    )
+    return (
+        f"<p class='quality'><b class='q-pass'>{counts['pass']}</b> pass · "
+        f"<b class='q-warn'>{counts['warn']}</b> warn · <b class='q-fail'>{counts['fail']}</b> "
+        f"fail</p>"
+        + _table(
+            quality["not_passed"],
+            ["suite", "layer", "expectation", "policy", "observed", "threshold"],
+        )
+        + f"<p>Data Docs: {links} · <a href='../../data_docs/index.html'>all runs</a></p>"
+    )
+
+
 def render(data: dict[str, Any]) -> str:
     recs = data["reconciliations"]
     total = sum(data["breaks_by_kind"].values())
@@ -222,6 +235,7 @@ def render(data: dict[str, Any]) -> str:
             list(data["breaks_by_kind"].values()),
             "today's breaks by kind",
             ["#dd8452", "#c44e52", "#8172b3"],
+            empty="no breaks today" if recs else "no reconciliation for this date yet",
         ),
         # A clean date gets a short green bar, so a streak of clean days is visible.
         "parity streak": _bar(
@@ -232,6 +246,7 @@ def render(data: dict[str, Any]) -> str:
             ],
             "parity per business date: breaks (red), clean (green)",
             ["#55a868" if s["clean"] else "#c44e52" for s in streak],
+            empty="no stream-vs-batch reconciliation yet",
         ),
         "stream": _lines(data["stream_progress"], data["stream_progress_window"]),
         "quarantine": _bar(
@@ -239,11 +254,13 @@ def render(data: dict[str, Any]) -> str:
             list(data["quarantine_by_rule"].values()),
             "quarantined rows by rule",
             horizontal=True,
+            empty="no rows quarantined on this date",
         ),
         "late": _bar(
             [f"{h}:00" for h in data["late_events_by_hour"]],
             list(data["late_events_by_hour"].values()),
             "late events by arrival hour (UTC)",
+            empty="no late events for this date",
         ),
     }
     figure = lambda name: f"<figure class='chart' data-chart='{name}'>{charts[name]}</figure>"
@@ -265,6 +282,8 @@ figure.chart svg {{ max-width: 100%; height: auto; }}
 {figure("breaks by kind")}
 <h3>Worst breaks</h3>
 {_table(data["worst_breaks"], ["recon", "kind", "key", "column", "left_value", "right_value", "difference"])}
+<h2>Data quality</h2>
+{_quality_html(data["quality"])}
 <h2>Parity streak</h2>
 {figure("parity streak")}
 <h2>Stream lag and latency</h2>
@@ -279,10 +298,8 @@ figure.chart svg {{ max-width: 100%; height: auto; }}
 """
 
 
-def write_report(
-    spark: SparkSession, settings: Settings, flow: Flow, business_date: dt.date
-) -> tuple[Path, Path]:
-    data = collect(spark, settings, flow, business_date)
+def write_report(settings: Settings, flow: str, business_date: dt.date) -> tuple[Path, Path]:
+    data = collect(settings, flow, business_date)
     out = report_dir(settings, flow, business_date)
     out.mkdir(parents=True, exist_ok=True)
     html_path, json_path = out / "report.html", out / "report.json"

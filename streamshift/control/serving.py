@@ -3,25 +3,26 @@
 The serving read follows the stage: ``batch`` serves the batch layer; ``shadow`` serves the
 batch layer for business dates an EOD run has closed and the stream layer for later ones
 (the Lambda merge); ``stream`` and ``kappa`` serve the stream layer.
+
+Everything here reads without a JVM (deltalake); Spark jobs that need the serving read as a
+DataFrame (reconciliation) pick the layer with the same :func:`serving_layer`.
 """
 
 from __future__ import annotations
 
 import csv
 import datetime as dt
-from typing import TextIO
+from dataclasses import dataclass
+from typing import Any, TextIO
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-
-from streamshift.control.stages import current_stage
-from streamshift.core.catalog import ControlTables
+from streamshift.core.catalog import LayerTables
 from streamshift.core.contract import APPLIED_AT
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.flow import Flow
 from streamshift.core.formatting import format_table
 from streamshift.core.settings import Settings
-from streamshift.write.target import Target, closed_dates
+from streamshift.read.control import closed_dates, current_stage
+from streamshift.read.tables import select
 
 SPECIAL_VIEWS = ("current", "quarantine", "late_events")
 
@@ -39,81 +40,106 @@ def serving_layer(stage: str, business_date: dt.date, closed: set[dt.date]) -> s
     return "stream"
 
 
-def serving_frame(
-    spark: SparkSession,
+@dataclass
+class Rows:
+    """A read's result: column names and rows of Python values."""
+
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+
+    def as_dicts(self) -> list[dict[str, Any]]:
+        return [dict(zip(self.columns, r, strict=True)) for r in self.rows]
+
+
+def _shape(flow: Flow, view: str) -> tuple[str, list[str], list[str], bool]:
+    """(table name in the layer, columns to drop, sort order, rows carry ``flow``)."""
+    if view == "current":
+        return "current", [APPLIED_AT], [flow.business_date, flow.key], False
+    if view == "quarantine":
+        return "quarantine", ["quarantined_at", "batch_id"], ["source_ref", "rule"], True
+    if view == "late_events":
+        return "late_events", [], ["business_date", "key", "version"], True
+    if view in {v.name for v in flow.views}:
+        return view, [], list(flow.view(view).group_key), False
+    known = ", ".join([v.name for v in flow.views] + list(SPECIAL_VIEWS))
+    raise UnknownViewError(f"flow {flow.name} has no view {view!r}; use one of {known}")
+
+
+def _path(tables: LayerTables, table: str) -> str:
+    if table in ("current", "quarantine", "late_events"):
+        return str(getattr(tables, table))
+    return tables.view(table)
+
+
+def view_rows(
     settings: Settings,
     flow: Flow,
-    table: str,
-    business_date: dt.date | None = None,
-) -> DataFrame:
-    """A view (or ``current``) as readers should see it in the flow's stage."""
-    stage = current_stage(spark, settings, flow)
-    closed = closed_dates(spark, ControlTables(settings.warehouse).eod_runs, flow)
+    layer: str,
+    view: str,
+    dates: list[dt.date] | None = None,
+    exclude_dates: list[dt.date] | None = None,
+    limit: int = 0,
+) -> Rows:
+    """The rows ``streamshift show`` prints of one layer, sorted for stable output.
 
-    def frame(layer: str) -> DataFrame:
-        return Target.open(spark, settings, flow, layer).table(table)
-
-    bd = F.col(flow.business_date)
-    if business_date is not None:
-        return frame(serving_layer(stage, business_date, closed)).where(bd == F.lit(business_date))
-    if stage == "shadow":
-        closed_list = sorted(closed)
-        return (
-            frame("batch")
-            .where(bd.isin(closed_list))
-            .unionByName(frame("stream").where(~bd.isin(closed_list)))
-        )
-    return frame("batch" if stage == "batch" else "stream")
-
-
-def view_frame(spark: SparkSession, target: Target, view: str, date: dt.date | None) -> DataFrame:
-    """The rows ``streamshift show`` prints, sorted for stable output."""
-    flow = target.flow
-    if view == "current":
-        df, order = target.table("current"), [flow.business_date, flow.key]
-        df = df.drop(APPLIED_AT)
-    elif view == "quarantine":
-        df = target.table("quarantine").where(F.col("flow") == flow.name)
-        df, order = df.drop("quarantined_at", "batch_id"), ["source_ref", "rule"]
-    elif view == "late_events":
-        df = target.table("late_events").where(F.col("flow") == flow.name)
-        order = ["business_date", "key", "version"]
-    elif view in {v.name for v in flow.views}:
-        df, order = target.table(view), list(flow.view(view).group_key)
-    else:
-        known = ", ".join([v.name for v in flow.views] + list(SPECIAL_VIEWS))
-        raise UnknownViewError(f"flow {flow.name} has no view {view!r}; use one of {known}")
-    if date is not None:
-        df = df.where(F.col("business_date") == F.lit(date))
-    return df.orderBy(*order)
+    ``dates`` keeps only those business dates, ``exclude_dates`` drops them.
+    """
+    table, drop, order, by_flow = _shape(flow, view)
+    where: list[tuple[str, str, Any]] = [("flow", "=", flow.name)] if by_flow else []
+    bd = "business_date" if by_flow else flow.business_date
+    if dates is not None:
+        where.append((bd, "IN", tuple(dates)))
+    for d in exclude_dates or []:
+        where.append((bd, "<>", d))
+    data = select(_path(LayerTables(settings.warehouse, flow, layer), table), None, where, order)
+    if data is None:  # never written: no rows
+        return Rows([], [])
+    data = data.drop_columns([c for c in drop if c in data.column_names])
+    if limit:
+        data = data.slice(0, limit)
+    return Rows(data.column_names, [tuple(r.values()) for r in data.to_pylist()])
 
 
-def serving_view_frame(
-    spark: SparkSession, settings: Settings, flow: Flow, view: str, date: dt.date | None
-) -> DataFrame:
+def serving_view_rows(
+    settings: Settings, flow: Flow, view: str, date: dt.date | None, limit: int = 0
+) -> Rows:
     """A view or the current state as served in the flow's migration stage."""
-    if view == "current":
-        df = serving_frame(spark, settings, flow, "current", date).drop(APPLIED_AT)
-        return df.orderBy(flow.business_date, flow.key)
-    if view not in {v.name for v in flow.views}:
+    if view != "current" and view not in {v.name for v in flow.views}:
         names = ", ".join([v.name for v in flow.views] + ["current"])
         raise UnknownViewError(
             f"--layer serving shows views and the current state ({names}), "
             f"not {view!r}; use --layer batch or stream for it"
         )
-    return serving_frame(spark, settings, flow, view, date).orderBy(*flow.view(view).group_key)
+    stage = current_stage(settings, flow.name)
+    closed = closed_dates(settings, flow.name)
+    if date is not None:
+        return view_rows(
+            settings, flow, serving_layer(stage, date, closed), view, [date], None, limit
+        )
+    if stage != "shadow":
+        return view_rows(
+            settings, flow, serving_layer(stage, dt.date.min, closed), view, None, None, limit
+        )
+    batch = view_rows(settings, flow, "batch", view, sorted(closed))
+    stream = view_rows(settings, flow, "stream", view, None, sorted(closed))
+    columns = batch.columns or stream.columns
+    _, _, order, _ = _shape(flow, view)
+    index = [columns.index(c) for c in order]
+    merged = sorted(
+        batch.rows + stream.rows,
+        key=lambda r: tuple((r[i] is not None, r[i]) for i in index),
+    )
+    return Rows(columns, merged[:limit] if limit else merged)
 
 
-def show(df: DataFrame, fmt: str, limit: int, out: TextIO) -> int:
-    """Print ``df`` as an aligned table (people) or csv (machines); return the row count."""
-    if limit:
-        df = df.limit(limit)
-    rows = [["" if v is None else str(v) for v in r] for r in df.toLocalIterator()]
+def show(result: Rows, fmt: str, out: TextIO) -> int:
+    """Print rows as an aligned table (people) or csv (machines); return the row count."""
+    text = [["" if v is None else str(v) for v in r] for r in result.rows]
     if fmt == "csv":
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(df.columns)
-        writer.writerows(rows)
+        writer.writerow(result.columns)
+        writer.writerows(text)
     else:
-        out.write(format_table(df.columns, rows))
-        out.write(f"({len(rows)} rows)\n")
-    return len(rows)
+        out.write(format_table(result.columns, text))
+        out.write(f"({len(text)} rows)\n")
+    return len(text)

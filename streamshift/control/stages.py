@@ -3,9 +3,14 @@
 Every change is a row of the ``stage_changes`` Delta table (from, to, when, by whom, forced,
 reason, evidence); the current stage is the last change's target (``batch`` before any).
 A promotion to ``stream`` or ``kappa`` needs reconciliation evidence: the last N business
-dates reconciled stream-vs-batch (``parity``) must all be clean. ``--force`` overrides the
+dates reconciled stream-vs-batch (``parity``) must all be clean — and, when
+``STREAMSHIFT_PROMOTION_QUALITY_SUITES`` lists data-quality suites, none of those suites may
+have a failed ``fail`` expectation on those dates. ``--force`` overrides the
 gate but needs a reason, and records it. Demotion is always allowed, and recorded.
 
+The gate (:func:`check_promotion`) reads the control tables without a JVM, so the CLI, the
+``streamshift_promote`` DAG and the Airflow Migration page ask the same question and get the
+same answer; only recording the change (:func:`promote`) writes, with Spark.
 What readers are served in each stage is :mod:`streamshift.control.serving`.
 """
 
@@ -17,16 +22,18 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-
-from streamshift.control.recon import latest_runs, parity_by_date
 from streamshift.core.catalog import STAGE_CHANGES_SCHEMA, ControlTables
 from streamshift.core.errors import StreamshiftError
-from streamshift.core.flow import Flow
-from streamshift.write.target import read_or_empty
+from streamshift.read.control import (
+    current_stage,
+    latest_runs,
+    parity_by_date,
+    quality_failures_by_date,
+)
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from streamshift.core.settings import Settings
 
 STAGES = ("batch", "shadow", "stream", "kappa")
@@ -41,22 +48,6 @@ def stage_changes_path(settings: Settings) -> str:
     return ControlTables(settings.warehouse).stage_changes
 
 
-def _changes(spark: SparkSession, settings: Settings, flow: Flow) -> DataFrame:
-    """The flow's recorded stage changes (none before the first promotion)."""
-    return read_or_empty(spark, stage_changes_path(settings), STAGE_CHANGES_SCHEMA).where(
-        F.col("flow") == flow.name
-    )
-
-
-def stage_history(spark: SparkSession, settings: Settings, flow: Flow) -> list[dict[str, Any]]:
-    return [r.asDict() for r in _changes(spark, settings, flow).orderBy("changed_at").collect()]
-
-
-def current_stage(spark: SparkSession, settings: Settings, flow: Flow) -> str:
-    last = _changes(spark, settings, flow).orderBy(F.col("changed_at").desc()).first()
-    return last["to_stage"] if last else "batch"
-
-
 @dataclass
 class Evidence:
     window: int
@@ -64,17 +55,21 @@ class Evidence:
 
     @property
     def unclean(self) -> list[dict[str, Any]]:
-        return [d for d in self.dates if not d["clean"]]
+        """Dates with parity breaks, or failed data quality in the gating suites."""
+        return [d for d in self.dates if not d["clean"] or d.get("quality_failures")]
 
     @property
     def sufficient(self) -> bool:
         return len(self.dates) >= self.window and not self.unclean
 
     def problems(self) -> list[str]:
-        out = [
-            f"{d['business_date']} had {d['breaks']} breaks (run {d['run_id']})"
-            for d in self.unclean
-        ]
+        out = []
+        for d in self.unclean:
+            if not d["clean"]:
+                out.append(f"{d['business_date']} had {d['breaks']} breaks (run {d['run_id']})")
+            if d.get("quality_failures"):
+                failed = ", ".join(d["quality_failures"])
+                out.append(f"{d['business_date']} failed data quality ({failed})")
         if len(self.dates) < self.window:
             out.append(
                 f"only {len(self.dates)} of the {self.window} business dates needed have "
@@ -86,13 +81,15 @@ class Evidence:
         return json.dumps({"window": self.window, "dates": self.dates}, default=str)
 
 
-def promotion_evidence(spark: SparkSession, settings: Settings, flow: Flow) -> Evidence:
+def promotion_evidence(settings: Settings, flow: str) -> Evidence:
     """The latest parity reconciliation of each of the last N reconciled business dates."""
-    per_date = parity_by_date(latest_runs(spark, settings, flow))
-    rows = (
-        per_date.orderBy(F.col("business_date").desc()).limit(settings.promotion_window).collect()
-    )
-    return Evidence(settings.promotion_window, [r.asDict() for r in rows])
+    newest_first = parity_by_date(latest_runs(settings, flow))[::-1][: settings.promotion_window]
+    suites = [s.strip() for s in settings.promotion_quality_suites.split(",") if s.strip()]
+    if suites:  # the data-quality part of the gate (STREAMSHIFT_PROMOTION_QUALITY_SUITES)
+        failures = quality_failures_by_date(settings, flow, suites)
+        for day in newest_first:
+            day["quality_failures"] = failures.get(day["business_date"], [])
+    return Evidence(settings.promotion_window, newest_first)
 
 
 @dataclass
@@ -114,46 +111,61 @@ class StageChange:
         return text
 
 
-def promote(
-    spark: SparkSession,
+def check_promotion(
     settings: Settings,
-    flow: Flow,
+    flow: str,
     to: str,
     *,
     force: bool = False,
     reason: str | None = None,
-    by: str | None = None,
 ) -> StageChange:
-    """Move ``flow`` to stage ``to``; raises :class:`PromotionRefused` saying why not."""
+    """The gate: the change moving ``flow`` to ``to``, or :class:`PromotionRefused` saying why
+    not. Reads only (no JVM); :func:`promote` records what it allows."""
     if to not in STAGES:
         raise PromotionRefused(f"unknown stage {to!r}; stages are {', '.join(STAGES)}")
     if force and not (reason and reason.strip()):
         raise PromotionRefused(
             "--force needs --reason TEXT: a forced promotion is recorded with who forced it and why"
         )
-    now = current_stage(spark, settings, flow)
+    now = current_stage(settings, flow)
     if to == now:
-        raise PromotionRefused(f"{flow.name} is already in stage {now}")
+        raise PromotionRefused(f"{flow} is already in stage {now}")
     promoting = STAGES.index(to) > STAGES.index(now)
     if promoting and STAGES.index(to) != STAGES.index(now) + 1:
         step = STAGES[STAGES.index(now) + 1]
         raise PromotionRefused(
-            f"{flow.name} is in stage {now}; promote one stage at a time (next: {step})"
+            f"{flow} is in stage {now}; promote one stage at a time (next: {step})"
         )
-    evidence = promotion_evidence(spark, settings, flow) if promoting and to in GATED else None
+    evidence = promotion_evidence(settings, flow) if promoting and to in GATED else None
     if evidence is not None and not evidence.sufficient and not force:
         raise PromotionRefused(
-            f"promotion of {flow.name} to {to} refused: it needs the last {evidence.window} "
+            f"promotion of {flow} to {to} refused: it needs the last {evidence.window} "
             f"reconciled business dates clean (stream vs batch); "
             + "; ".join(evidence.problems())
             + ". Reconcile more dates (streamshift reconcile) or, if you must, pass "
             "--force --reason TEXT"
         )
-    change = StageChange(flow.name, now, to, force, reason, evidence)
+    return StageChange(flow, now, to, force, reason, evidence)
+
+
+def promote(
+    spark: SparkSession,
+    settings: Settings,
+    flow: str,
+    to: str,
+    *,
+    force: bool = False,
+    reason: str | None = None,
+    by: str | None = None,
+) -> StageChange:
+    """Move ``flow`` to stage ``to`` through the gate and record the change (who: ``by``, else
+    the OS user); raises :class:`PromotionRefused` saying why not."""
+    change = check_promotion(settings, flow, to, force=force, reason=reason)
+    evidence = change.evidence
     row = [
         (
-            flow.name,
-            now,
+            flow,
+            change.from_stage,
             to,
             dt.datetime.now(dt.UTC).replace(tzinfo=None),
             by or _user(),

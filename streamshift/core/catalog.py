@@ -15,6 +15,14 @@ from streamshift.core.errors import StreamshiftError
 from streamshift.core.flow import Flow
 
 LAYERS = ("batch", "stream")
+# The reconciliations recorded in recon_runs: stream vs batch (``parity`` or ``parity:<view>``),
+# against an external file, against the EOD file.
+PARITY, EXTERNAL, EOD_FILE = "parity", "external", "eod_file"
+# The kinds of break recorded in recon_breaks.
+MISSING_LEFT = "missing_left"  # the key exists only on the right
+MISSING_RIGHT = "missing_right"  # the key exists only on the left
+VALUE_MISMATCH = "value_mismatch"
+KINDS = (MISSING_LEFT, MISSING_RIGHT, VALUE_MISMATCH)
 
 QUARANTINE_SCHEMA = (
     "flow STRING, source STRING, source_ref STRING, raw_payload STRING, rule STRING, "
@@ -38,6 +46,11 @@ RECON_BREAKS_SCHEMA = (
     "run_id STRING, flow STRING, business_date DATE, recon STRING, kind STRING, key STRING, "
     "column STRING, left_value STRING, right_value STRING, difference DOUBLE, "
     "found_at TIMESTAMP"
+)
+QUALITY_RUNS_SCHEMA = (
+    "run_id STRING, flow STRING, business_date DATE, layer STRING, suite STRING, "
+    "expectation STRING, policy STRING, success BOOLEAN, observed STRING, threshold STRING, "
+    "docs_page STRING, run_at TIMESTAMP"
 )
 STAGE_CHANGES_SCHEMA = (
     "flow STRING, from_stage STRING, to_stage STRING, changed_at TIMESTAMP, changed_by STRING, "
@@ -113,3 +126,8 @@ class ControlTables:
     @property
     def stage_changes(self) -> str:
         return self._path("stage_changes")
+
+    @property
+    def quality_runs(self) -> str:
+        """One row per expectation per data-quality run (Great Expectations)."""
+        return self._path("quality_runs")

@@ -130,6 +130,15 @@ class StreamStatus:
         else:
             lag = b.get("lag")
             parts.append(f"lag {lag if lag is not None else 'unknown'} events (at the last batch)")
+        q = b.get("quality")
+        if q and q.get("error"):
+            parts.append(f"data quality of batch {q['batch_id']} not checked: {q['error']}")
+        elif q:
+            failed = f" ({'; '.join(q['failed'])})" if q.get("failed") else ""
+            parts.append(
+                f"data quality of batch {q['batch_id']} ({q['suite']}): {q['pass']} pass, "
+                f"{q['warn']} warn, {q['fail']} fail{failed}"
+            )
         if b.get("error"):
             parts.append(f"error: {b['error']}")
         return "; ".join(parts)

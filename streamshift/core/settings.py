@@ -136,6 +136,17 @@ class Settings:
     promotion_window: int = _setting(
         5, _positive_int, "clean reconciled business dates needed to promote to stream"
     )
+    promotion_quality_suites: str = _setting(
+        "",
+        str,
+        "comma-separated data-quality suites (e.g. trades.current) whose `fail` results on a "
+        "date make it unclean for promotion; empty: parity alone decides",
+    )
+    stream_quality_every: int = _setting(
+        0,
+        _non_negative_int,
+        "validate every Nth stream micro-batch against the flow's current-state suite (0: off)",
+    )
     notional_tolerance: float = _setting(
         0.01, _float_non_negative, "absolute tolerance on notionals in reconciliation"
     )
@@ -246,6 +257,17 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         parse = known[env_name(name)].metadata["parse"]
         values[name] = parse(value) if isinstance(value, str) else value
     return Settings(**values)
+
+
+def as_env(settings: Settings) -> dict[str, str]:
+    """``STREAMSHIFT_*`` variables that rebuild ``settings`` in another process (those that
+    differ from the defaults), e.g. for the Airflow components and the tasks they run."""
+    env = {}
+    for f in fields(Settings):
+        value = getattr(settings, f.name)
+        if value is not None and value != f.default:
+            env[env_name(f.name)] = str(value).lower() if isinstance(value, bool) else str(value)
+    return env
 
 
 def describe() -> list[tuple[str, str, str]]:

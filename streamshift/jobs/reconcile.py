@@ -22,19 +22,17 @@ from pyspark.sql import functions as F
 
 from streamshift.control.compare import compare
 from streamshift.control.recon import (
-    EOD_FILE,
-    EXTERNAL,
-    PARITY,
     ReconcileError,
     ReconResult,
     new_run_id,
     read_external_view,
     record,
 )
-from streamshift.control.serving import serving_frame
-from streamshift.control.stages import current_stage
+from streamshift.control.serving import serving_layer
+from streamshift.core.catalog import EOD_FILE, EXTERNAL, PARITY
 from streamshift.core.contract import FAILED, SOURCE
 from streamshift.core.flow import Flow
+from streamshift.read.control import closed_dates, current_stage
 from streamshift.sources.eodfile import check_file
 from streamshift.sources.eodread import read_eod_file
 from streamshift.write.apply import ApplyResult, apply_changes
@@ -67,6 +65,15 @@ def open_layers(spark: SparkSession, settings: Settings, flow: Flow) -> dict[str
     return {layer: Target.open(spark, settings, flow, layer) for layer in ("batch", "stream")}
 
 
+def _serving(
+    settings: Settings, flow: Flow, targets: dict[str, Target], table: str, business_date: dt.date
+) -> DataFrame:
+    """A view (or ``current``) of one date as readers are served it in the flow's stage."""
+    closed = closed_dates(settings, flow.name)
+    layer = serving_layer(current_stage(settings, flow.name), business_date, closed)
+    return targets[layer].table(table).where(F.col(flow.business_date) == F.lit(business_date))
+
+
 def reconcile_date(
     spark: SparkSession,
     settings: Settings,
@@ -80,7 +87,7 @@ def reconcile_date(
     stage: str | None = None,
 ) -> list[ReconResult]:
     """Run the reconciliations the inputs allow for ``business_date`` and record them."""
-    stage = stage or current_stage(spark, settings, flow)
+    stage = stage or current_stage(settings, flow.name)
     run_id = new_run_id()
     results: list[ReconResult] = []
     bd = F.col(flow.business_date) == F.lit(business_date)
@@ -111,7 +118,7 @@ def reconcile_date(
     if against is not None:
         view = flow.views[0]
         _say(f"external: serving {view.name} vs {against}")
-        serving = serving_frame(spark, settings, flow, view.name, business_date)
+        serving = _serving(settings, flow, targets, view.name, business_date)
         external = read_external_view(spark, against, view.group_key, serving.schema).where(bd)
         columns = [c for c in external.columns if c not in view.group_key]
         result = ReconResult(
@@ -143,7 +150,7 @@ def reconcile_date(
     if eod_file is not None:
         _say(f"current state vs the EOD file {eod_file}")
         reference = targets["stream"].reference
-        current = serving_frame(spark, settings, flow, "current", business_date)
+        current = _serving(settings, flow, targets, "current", business_date)
         in_file = _file_state(spark, flow, eod_file, business_date, reference)
         key = (flow.key,)
         result = ReconResult(
@@ -259,7 +266,7 @@ def run_reconcile(
     for path in (against, eod_file):
         if path is not None and not path.exists():
             raise ReconcileError(f"file {path} not found")
-    stage = current_stage(spark, settings, flow)
+    stage = current_stage(settings, flow.name)
     if correct and (eod_file is None or stage not in CORRECTING_STAGES):
         raise ReconcileError(
             f"--correct applies the EOD file (--eod-file) to the stream layer in stage stream or "

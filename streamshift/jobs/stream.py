@@ -133,6 +133,8 @@ class StreamTotals:
     late: int = 0
     dead_lettered: int = 0
     last: dict[int, ApplyResult] = field(default_factory=dict)
+    # Data-quality samples of every Nth batch (STREAMSHIFT_STREAM_QUALITY_EVERY), by batch id.
+    sampled: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def add(self, batch_id: int, result: ApplyResult, dead: int) -> None:
         self.batches += 1
@@ -207,6 +209,15 @@ def batch_writer(
                     batch_id=batch_label,
                 )
                 result.seconds_by_step = {"decode": decode_seconds, **result.seconds_by_step}
+                every = settings.stream_quality_every
+                if every and batch_id % every == 0:
+                    from streamshift.quality.validate import sample_batch
+
+                    totals.sampled[batch_id] = sample_batch(
+                        settings, flow, target.tables.layer, decoded, batch_id
+                    )
+                    for old in sorted(totals.sampled)[:-5]:
+                        del totals.sampled[old]
                 totals.add(batch_id, result, dead)
             finally:
                 decoded.unpersist()
@@ -289,8 +300,11 @@ class ProgressRecorder(StreamingQueryListener):
             "accepted": result.accepted if result else None,
             "rejected": result.rejected if result else None,
             "late": result.late if result else None,
+            "quality": self.totals.sampled.get(p.batchId),
         }
         heartbeat.append_progress(self.log_path, record)
+        if record["quality"]:
+            self._save(quality=record["quality"])
         self._save(
             last_batch_id=p.batchId,
             last_batch_at=heartbeat.now_iso(),

@@ -34,7 +34,7 @@ from typing import Any
 
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.processes import pid_alive, port_open
-from streamshift.core.settings import REPO_ROOT, Settings
+from streamshift.core.settings import REPO_ROOT, Settings, as_env, env_name
 
 # Each component's command. The scheduler and triggerer would also serve task logs on all
 # interfaces (port 8793/8794); the API server reads the local log files itself, so they don't.
@@ -46,6 +46,8 @@ COMMANDS = {
 }
 COMPONENTS = tuple(COMMANDS)
 USER = "admin"
+VIEWER = "viewer"  # read-only: sees the DAGs and the Migration page, cannot trigger or promote
+USERS = {USER: "admin", VIEWER: "viewer"}  # user -> SimpleAuthManager role
 
 
 class AirflowError(StreamshiftError):
@@ -86,7 +88,9 @@ def airflow_env(
             "AIRFLOW__CORE__PARALLELISM": "4",
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(
+                f"{user}:{role}" for user, role in USERS.items()
+            ),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
@@ -100,11 +104,11 @@ def airflow_env(
             "PATH": f"{_venv_bin()}{os.pathsep}{env.get('PATH', '')}",
             "SPARK_LOCAL_IP": "127.0.0.1",
             "PYSPARK_PYTHON": sys.executable,
-            "STREAMSHIFT_HOME": str(settings.home),
-            "STREAMSHIFT_SPARK_MASTER": settings.spark_master,
-            "STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
         }
     )
+    # The same streamshift settings in every component and task as in whoever started it.
+    env.update(as_env(settings))
+    env[env_name("home")] = str(settings.home)
     return env
 
 
@@ -117,15 +121,16 @@ def _secret(path: Path) -> str:
     return path.read_text().strip()
 
 
-def password(settings: Settings) -> str:
-    """The admin password, generated on first use and kept under the Airflow home."""
+def password(settings: Settings, user: str = USER) -> str:
+    """A local user's password, generated on first use and kept under the Airflow home."""
     path = settings.airflow_home / "passwords.json"
-    if not path.exists():
+    known: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+    if any(u not in known for u in USERS):
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({USER: secrets.token_urlsafe(12)}))
+        known = {u: known.get(u) or secrets.token_urlsafe(12) for u in USERS} | known
+        path.write_text(json.dumps(known))
         path.chmod(0o600)
-    value: str = json.loads(path.read_text())[USER]
-    return value
+    return known[user]
 
 
 @dataclass
@@ -293,8 +298,8 @@ class LocalAirflow:
         return bool(alive)
 
     # ---- the REST API (token auth) ---------------------------------------------------------
-    def client(self) -> AirflowClient:
-        return AirflowClient(self.url, USER, password(self.settings))
+    def client(self, user: str = USER) -> AirflowClient:
+        return AirflowClient(self.url, user, password(self.settings, user))
 
 
 class AirflowClient:

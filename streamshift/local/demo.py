@@ -185,7 +185,7 @@ class _Demo:
         print(f"  watch it: {self.airflow.url}/dags/eod_trades/runs/{run_id}")
         run = self.client.wait_for_run("eod_trades", run_id, timeout=1800, progress=False)
         states = self.client.task_states("eod_trades", run_id)
-        spark_tasks = ("load_eod_file", "reconcile", "correct_stream_layer", "write_report")
+        spark_tasks = ("load_eod_file", "reconcile", "correct_stream_layer")
         ran = ", ".join(t for t in spark_tasks if states.get(t) == "success")
         skipped = ", ".join(t for t in spark_tasks if states.get(t) == "skipped")
         if run["state"] != "success":
@@ -217,7 +217,7 @@ class _Demo:
         from streamshift.control.stages import PromotionRefused, promote
 
         try:
-            change = promote(self.spark, self.settings, self.flow, to, by="demo")
+            change = promote(self.spark, self.settings, self.flow.name, to, by="demo")
         except PromotionRefused as refused:
             print(f"  REFUSED: {refused}")
             return False
@@ -436,3 +436,7 @@ class _Demo:
         print(f"  {env} .venv/bin/streamshift report --flow trades --date {DEMO_DATE}")
         print(f"  {env} .venv/bin/streamshift status")
         print(f"  {env} .venv/bin/streamshift airflow up    # the demo's DAG runs, in the UI")
+        print(
+            f"  then open {self.airflow.url}/plugin/migration (Browse → Migration): stages, "
+            "evidence, stream health, promotion"
+        )

@@ -119,6 +119,14 @@ def _logical_day() -> dt.date:
     return pendulum.instance(logical).date()
 
 
+def _write_report(flow: str, business_date: str) -> str:
+    from streamshift.control.report import write_report
+
+    html_path, _ = write_report(_settings(), flow, dt.date.fromisoformat(business_date))
+    print(f"report: {html_path}")
+    return str(html_path)
+
+
 def eod_dag(flow: str) -> DAG:
     """``eod_<flow>``: wait for the day's EOD file, check it, load or correct, reconcile, report."""
     settings = _settings()
@@ -162,14 +170,15 @@ Runs on business days after the close (or triggered with params). Finds the EOD 
 * `stream`, `kappa`: **correct_stream_layer** reconciles the file against the stream layer and
   applies the differences as corrections.
 
-Then **write_report** and **publish_summary** (XCom + one line in the log). Backfill with
+Then **data_quality** (Great Expectations: a `fail` expectation fails the run naming it, a `warn`
+one is recorded), **write_report** and **publish_summary** (XCom + one line in the log). Backfill with
 `airflow backfill create --dag-id eod_{flow} --from-date D1 --to-date D2`.
 """,
     ) as dag:
 
         @task(multiple_outputs=True, doc_md="Validate the params, find the file, read the stage.")
         def resolve_inputs() -> dict[str, Any]:
-            from streamshift.read.tables import current_stage
+            from streamshift.read.control import current_stage
 
             params = get_current_context()["params"]
             s = _settings()
@@ -224,7 +233,7 @@ Then **write_report** and **publish_summary** (XCom + one line in the log). Back
             if reconcile:
                 return "reconcile"
             print(f"stage {stage} and no external file: nothing to reconcile, skipping")
-            return "write_report"
+            return "data_quality"
 
         reconcile = spark_task(
             "reconcile",
@@ -233,14 +242,27 @@ Then **write_report** and **publish_summary** (XCom + one line in the log). Back
             settings,
             "Reconcile stream vs batch and against external files.",
         )
-        report = spark_task(
-            "write_report",
-            "spark_jobs/report.py",
-            inputs["report_args"],
+
+        quality = spark_task(
+            "data_quality",
+            "spark_jobs/quality.py",
+            inputs["quality_args"],
             settings,
-            "Write the day's HTML and JSON report.",
+            "Great Expectations on the day's data (`spark_jobs/quality.py`): an expectation with "
+            "policy `fail` fails this task naming it; `warn` is recorded and the run goes on.",
             trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
+            retries=0,  # a failed expectation fails the same way again
         )
+
+        @task(
+            # Also after a failed quality check: the report shows it.
+            trigger_rule=TriggerRule.ONE_DONE,
+            doc_md="Write the day's HTML and JSON report (reads without Spark: no spark-submit).",
+        )
+        def write_report(resolved: dict[str, Any]) -> str:
+            return _write_report(flow, resolved["business_date"])
+
+        report = write_report(inputs)
 
         @task(doc_md="Publish the run's summary: XCom and one readable line in the log.")
         def publish_summary(resolved: dict[str, Any]) -> dict[str, Any]:
@@ -253,10 +275,12 @@ Then **write_report** and **publish_summary** (XCom + one line in the log). Back
         after_load = anything_to_reconcile(inputs["reconcile"], inputs["stage"])
         inputs >> wait >> checked >> branch
         branch >> [load, correct]
-        load >> after_load >> [reconcile, report]
-        reconcile >> report
-        correct >> report
-        report >> publish_summary(inputs)
+        load >> after_load >> [reconcile, quality]
+        reconcile >> quality
+        correct >> quality
+        quality >> report
+        # Published only when no `fail` expectation failed.
+        [quality, report] >> publish_summary(inputs)
     return dag
 
 
@@ -281,7 +305,7 @@ per date).
 
         @task(doc_md="Dates with late events newer than their last reconciliation.")
         def find_late_dates() -> list[list[str]]:
-            from streamshift.read.tables import current_stage, late_dates_to_reconcile
+            from streamshift.read.control import current_stage, late_dates_to_reconcile
 
             s = _settings()
             stage = current_stage(s, flow)
@@ -301,18 +325,68 @@ per date).
             "reconcile", "spark_jobs/reconcile.py", dates, settings, "Re-reconcile one late date."
         )
 
-        @task(doc_md="The report arguments of each re-reconciled date.")
-        def report_args(args: list[list[str]]) -> list[list[str]]:
-            return [a[:4] for a in args]
+        @task(doc_md="Re-write one re-reconciled date's report (reads without Spark).")
+        def write_report(args: list[str]) -> str:
+            return _write_report(flow, args[args.index("--date") + 1])
 
-        report = mapped_spark_task(
-            "write_report",
-            "spark_jobs/report.py",
-            report_args(dates),
+        reconcile >> write_report.expand(args=dates)
+    return dag
+
+
+def promote_dag(flows: list[str]) -> DAG:
+    """``streamshift_promote``: move a flow to another stage through the promotion gate."""
+    from streamshift.control.stages import STAGES
+
+    settings = _settings()
+    with DAG(
+        dag_id="streamshift_promote",
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        # Triggered only; one promotion at a time, so a gate check and its record never race.
+        is_paused_upon_creation=False,
+        max_active_runs=1,
+        default_args={**DEFAULT_ARGS, "retries": 0},
+        tags=["streamshift", "migration"],
+        params={
+            "flow": Param(flows[0] if flows else None, type="string", enum=flows),
+            "to": Param("shadow", type="string", enum=list(STAGES), description="the new stage"),
+            "force": Param(False, type="boolean", description="override the gate (needs reason)"),
+            "reason": Param(None, type=["null", "string"], description="why; kept with the change"),
+        },
+        doc_md="""
+### Promote a flow
+The same gate as `streamshift promote`: promotion to `stream` or `kappa` needs the last N
+reconciled business dates clean (stream vs batch); `force` overrides it with a recorded
+`reason`; demotion is always allowed. **check_gate** answers without Spark (a refusal fails the
+run at once, saying why); **record_promotion** re-checks and records the change with the
+Airflow user who triggered the run as `changed_by`. The Migration page triggers this DAG.
+""",
+    ) as dag:
+
+        @task(doc_md="The promotion gate, read without Spark; the record job's arguments.")
+        def check_gate() -> list[str]:
+            from streamshift.control.stages import PromotionRefused, check_promotion
+
+            context = get_current_context()
+            params = context["params"]
+            user = context["dag_run"].triggering_user_name or OWNER
+            force, reason = bool(params.get("force")), params.get("reason")
+            with _no_retry_on(PromotionRefused):
+                change = check_promotion(
+                    _settings(), params["flow"], params["to"], force=force, reason=reason
+                )
+            print(f"gate: {change.describe()} (by {user})")
+            args = ["--flow", params["flow"], "--to", params["to"], "--by", user]
+            return args + (["--force"] if force else []) + (["--reason", reason] if reason else [])
+
+        spark_task(
+            "record_promotion",
+            "spark_jobs/promote.py",
+            check_gate(),
             settings,
-            "Re-write one date's report.",
+            "Record the stage change (the gate is checked again as it is recorded).",
         )
-        reconcile >> report
     return dag
 
 

@@ -106,7 +106,7 @@ def _stop(pid: int, timeout: float = 60) -> None:
 
 def supervise(settings: Settings, stages: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Check each flow's stream; restart the dead or stalled ones. One action per flow."""
-    from streamshift.read.tables import current_stage
+    from streamshift.read.control import current_stage
 
     now = dt.datetime.now(dt.UTC)
     actions = []

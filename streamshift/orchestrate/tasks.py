@@ -102,7 +102,14 @@ def resolve_inputs(
         "load_args": [*common, "--file", str(path), "--mode", mode, "--layer", "batch"],
         "reconcile_args": reconcile_args,
         "correct_args": [*common, "--eod-file", str(path), "--correct", "--no-parity", *against],
-        "report_args": common,
+        # The layer the day was written to: batch (batch, shadow) or stream (stream, kappa).
+        "quality_args": [
+            *common,
+            "--layer",
+            "batch" if loading else "stream",
+            "--file",
+            str(path),
+        ],
     }
 
 
@@ -152,10 +159,20 @@ def summary(settings: Settings, inputs: dict[str, Any]) -> tuple[dict[str, Any],
         "breaks": breaks,
         "verdict": verdict,
         "report": str(report_dir / "report.html"),
+        "quality": data.get("quality", {}).get("counts", {}),
+        "quality_warnings": [
+            f"{q['suite']} {q['expectation']}: observed {q['observed']}, expected {q['threshold']}"
+            for q in data.get("quality", {}).get("not_passed", [])
+            if q["policy"] == "warn"
+        ],
     }
     line = (
         f"{inputs['flow']} {inputs['business_date']} (stage {data['stage']}, {inputs['mode']} "
         f"file {Path(inputs['file']).name}): {verdict} in {len(recons)} reconciliations; "
         f"report {result['report']}"
     )
+    if result["quality"]:
+        q = result["quality"]
+        line += f"; data quality {q['pass']} pass, {q['warn']} warn, {q['fail']} fail"
+        line += "".join(f"; WARNING {w}" for w in result["quality_warnings"])
     return result, line

@@ -1,19 +1,24 @@
 """Reading Delta tables without Spark or a JVM, through ``deltalake`` (delta-rs).
 
 Only reads: every write stays Spark + Delta. A table that was never written reads as no rows.
+Values come back as the Python values Spark's ``collect()`` gives on the same table (with the
+session time zone UTC): timestamps as naive UTC datetimes, decimals as ``Decimal``, dates as
+``date``; ``tests/test_migration.py`` reads every table of a warehouse both ways and compares.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from streamshift.core.catalog import ControlTables
-from streamshift.core.settings import Settings
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def _literal(value: Any) -> str:
+    if isinstance(value, tuple | list):  # for IN; an empty list matches nothing
+        return "(" + (", ".join(_literal(v) for v in value) or "NULL") + ")"
     if isinstance(value, dt.datetime):
         return f"TIMESTAMP '{value.isoformat()}'"
     if isinstance(value, dt.date):
@@ -25,63 +30,78 @@ def _literal(value: Any) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def rows(
-    path: str | Path,
-    columns: list[str] | None = None,
-    where: list[tuple[str, str, Any]] | None = None,
-) -> list[dict[str, Any]]:
-    """The table's rows as dicts; ``where``: (column, operator, value) conditions, ANDed.
+def _naive_utc(table: pa.Table) -> pa.Table:
+    """Delta timestamps arrive tz-aware (UTC); Spark with a UTC session gives naive UTC."""
+    import pyarrow as pa
 
-    Read through deltalake's DataFusion engine, which honours deletion vectors (its pyarrow
-    dataset path refuses tables that have them, as current state does).
+    fields = [
+        pa.field(f.name, pa.timestamp(f.type.unit))
+        if pa.types.is_timestamp(f.type) and f.type.tz
+        else f
+        for f in table.schema
+    ]
+    return table.cast(pa.schema(fields)) if fields != list(table.schema) else table
+
+
+def exists(path: str | Path) -> bool:
+    return (Path(path) / "_delta_log").is_dir()
+
+
+def query(sql: str, tables: dict[str, str | Path]) -> pa.Table:
+    """Run DataFusion SQL over Delta tables registered under the given names.
+
+    A table that was never written is registered as missing: callers check :func:`exists`
+    first or use :func:`rows`, which reads it as no rows.
     """
     import pyarrow as pa
     from deltalake import DeltaTable, QueryBuilder
-    from deltalake.exceptions import TableNotFoundError
 
-    try:
-        table = DeltaTable(str(path))
-    except TableNotFoundError:
-        return []
+    builder = QueryBuilder()
+    for name, path in tables.items():
+        builder = builder.register(name, DeltaTable(str(path)))
+    return _naive_utc(pa.table(builder.execute(sql).read_all()))
+
+
+def select(
+    path: str | Path,
+    columns: list[str] | None = None,
+    where: list[tuple[str, str, Any]] | None = None,
+    order_by: list[str] | None = None,
+    limit: int | None = None,
+) -> pa.Table | None:
+    """The table's matching rows as an Arrow table; ``None`` when the table was never written.
+
+    ``where``: (column, operator, value) conditions, ANDed. Read through deltalake's
+    DataFusion engine, which honours deletion vectors (its pyarrow dataset path refuses
+    tables that have them, as current state does).
+    """
+    if not exists(path):
+        return None
     selected = ", ".join(f'"{c}"' for c in columns) if columns else "*"
     sql = f"SELECT {selected} FROM t"
     if where:
         sql += " WHERE " + " AND ".join(f'"{c}" {op} {_literal(v)}' for c, op, v in where)
-    result = QueryBuilder().register("t", table).execute(sql).read_all()
-    data: list[dict[str, Any]] = pa.table(result).to_pylist()
+    if order_by:
+        # NULLS FIRST: the order Spark's orderBy gives.
+        sql += " ORDER BY " + ", ".join(f'"{c}" NULLS FIRST' for c in order_by)
+    if limit:
+        sql += f" LIMIT {int(limit)}"
+    return query(sql, {"t": path})
+
+
+def rows(
+    path: str | Path,
+    columns: list[str] | None = None,
+    where: list[tuple[str, str, Any]] | None = None,
+    order_by: list[str] | None = None,
+    limit: int | None = None,
+) -> list[dict[str, Any]]:
+    """The table's matching rows as dicts (no rows when the table was never written)."""
+    table = select(path, columns, where, order_by, limit)
+    data: list[dict[str, Any]] = [] if table is None else table.to_pylist()
     return data
 
 
-def current_stage(settings: Settings, flow: str) -> str:
-    """The flow's migration stage: the last recorded change's target (``batch`` before any)."""
-    changes = rows(
-        ControlTables(settings.warehouse).stage_changes,
-        ["to_stage", "changed_at"],
-        [("flow", "=", flow)],
-    )
-    if not changes:
-        return "batch"
-    return str(max(changes, key=lambda r: r["changed_at"])["to_stage"])
-
-
-def late_dates_to_reconcile(
-    settings: Settings, flow: str, layers: tuple[str, ...] = ("batch", "stream")
-) -> list[dt.date]:
-    """Business dates with late events that arrived after the date's last reconciliation."""
-    runs = rows(
-        ControlTables(settings.warehouse).recon_runs,
-        ["business_date", "run_at"],
-        [("flow", "=", flow)],
-    )
-    last_recon: dict[dt.date, dt.datetime] = {}
-    for r in runs:
-        d = r["business_date"]
-        last_recon[d] = max(last_recon.get(d, r["run_at"]), r["run_at"])
-    dates: set[dt.date] = set()
-    for layer in layers:
-        path = str(Path(settings.warehouse) / layer / "late_events")
-        for r in rows(path, ["business_date", "arrived_at"], [("flow", "=", flow)]):
-            d = r["business_date"]
-            if d not in last_recon or r["arrived_at"] > last_recon[d]:
-                dates.add(d)
-    return sorted(dates)
+def delta_tables(root: str | Path) -> list[Path]:
+    """Every Delta table under ``root`` (a directory holding ``_delta_log``)."""
+    return sorted(p.parent for p in Path(root).rglob("_delta_log") if p.is_dir())

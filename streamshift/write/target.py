@@ -24,6 +24,7 @@ from streamshift.core.catalog import (
 )
 from streamshift.core.contract import IS_DELETED, SOURCE
 from streamshift.core.flow import Flow, Reference
+from streamshift.read.control import closed_dates_in
 from streamshift.write.transforms import checked_changes, raw_schema, state_columns
 
 if TYPE_CHECKING:
@@ -205,11 +206,5 @@ class Target:
         if version < 0:
             return set()
         if self._closed is None or self._closed[0] != version:
-            self._closed = (version, closed_dates(self.spark, self.tables.eod_runs, self.flow))
+            self._closed = (version, closed_dates_in(self.tables.eod_runs, self.flow.name))
         return set(self._closed[1])
-
-
-def closed_dates(spark: SparkSession, eod_runs: str, flow: Flow) -> set[dt.date]:
-    """Business dates an EOD run has closed for ``flow``, from the ``eod_runs`` table."""
-    runs = read_or_empty(spark, eod_runs, EOD_RUNS_SCHEMA).where(F.col("flow") == flow.name)
-    return {r[0] for r in runs.select("business_date").distinct().collect()}

@@ -1,0 +1,437 @@
+"""The Migration page of the Airflow UI: each flow's stage, evidence and health.
+
+A FastAPI app the Airflow plugin (``plugins/streamshift_migration.py``) mounts in the API
+server under ``/streamshift``, shown in the UI's navigation as an external view:
+
+* ``GET  /streamshift/migration`` — the page (HTML);
+* ``GET  /streamshift/api/flows`` — the same data as JSON, one object per flow;
+* ``POST /streamshift/api/flows/{flow}/promote`` — the promotion gate (409 with the CLI's
+  message when it says no); when it says yes, a ``streamshift_promote`` DAG run triggered as
+  the signed-in user, which records the change with that user as ``changed_by``;
+* ``GET  /streamshift/api/promotions/{run_id}`` — that run's state;
+* ``GET  /streamshift/reports/{flow}/{date}`` — the day's HTML report;
+* ``GET  /streamshift/data_docs/...`` — Great Expectations Data Docs (what the report and the
+  page link to).
+
+Airflow does not authenticate plugin apps: every route here requires a signed-in Airflow
+user (the UI's ``_token`` cookie or an ``Authorization: Bearer`` token) through Airflow's own
+``get_user`` dependency and auth manager — 401 without a credential, 403 with a bad one or
+without the right. Reads go through deltalake: the API server never starts a JVM or imports
+pyspark.
+
+No ``from __future__ import annotations`` here: FastAPI reads the routes' annotations, which
+name classes local to :func:`create_app`.
+"""
+
+import datetime as dt
+import html
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from streamshift.core.heartbeat import read_status
+from streamshift.core.registry import flow_names
+from streamshift.core.settings import Settings, load_settings
+
+PROMOTE_DAG = "streamshift_promote"
+STREAK_DAYS = 30
+WORST = 10
+
+
+# ---- data (no Airflow, no Spark) ----------------------------------------------------------
+def flow_summary(settings: Settings, flow: str) -> dict[str, Any]:
+    """Everything the page shows of one flow, as plain data."""
+    from streamshift.control.report import report_dir
+    from streamshift.control.stages import GATED, STAGES, promotion_evidence
+    from streamshift.quality.project import counts_by_verdict
+    from streamshift.read.control import (
+        breaks_of,
+        latest_runs,
+        parity_by_date,
+        quality_results,
+        stage_history,
+    )
+
+    def report(day: dt.date) -> str | None:
+        exists = (report_dir(settings, flow, day) / "report.html").exists()
+        return f"reports/{flow}/{day.isoformat()}" if exists else None
+
+    history = stage_history(settings, flow)
+    stage = history[-1]["to_stage"] if history else "batch"
+    latest = latest_runs(settings, flow)
+    streak = parity_by_date(latest)[-STREAK_DAYS:]
+    clean_run = 0
+    for day in reversed(streak):
+        if not day["clean"]:
+            break
+        clean_run += 1
+    evidence = promotion_evidence(settings, flow)
+    last: dict[str, Any] | None = None
+    if latest:
+        last_day = max(r["business_date"] for r in latest)
+        runs = [r for r in latest if r["business_date"] == last_day]
+        last = {
+            "business_date": last_day,
+            "breaks": sum(int(r["breaks"]) for r in runs),
+            "runs": runs,
+            "worst": breaks_of(settings, flow, last_day, [r["run_id"] for r in runs], WORST),
+            "report": report(last_day),
+        }
+    checks = quality_results(settings, flow)
+    quality = None
+    if checks:
+        day = max(r["business_date"] for r in checks)
+        today = [r for r in checks if r["business_date"] == day]
+        quality = {
+            "business_date": day,
+            "counts": counts_by_verdict(today),
+            "failed": [
+                f"{r['suite']} {r['expectation']} ({r['policy']})"
+                for r in today
+                if not r["success"]
+            ],
+            "data_docs": {
+                f"{r['suite']} ({r['layer']})": f"data_docs/{r['docs_page']}"
+                for r in today
+                if r["docs_page"]
+            },
+        }
+    streams = [s for s in read_status(settings.home, settings) if s.flow == flow]
+    position = STAGES.index(stage)
+    next_stage = STAGES[position + 1] if position + 1 < len(STAGES) else None
+    return {
+        "flow": flow,
+        "stage": stage,
+        "next_stage": next_stage,
+        "next_is_gated": next_stage in GATED,
+        "stage_history": history,
+        "evidence": {
+            "window": evidence.window,
+            "sufficient": evidence.sufficient,
+            "problems": evidence.problems(),
+        },
+        "parity_streak": [{**d, "report": report(d["business_date"])} for d in streak],
+        "clean_days_in_a_row": clean_run,
+        "last_reconciliation": last,
+        "quality": quality,
+        "streams": [
+            {
+                "layer": s.layer,
+                "running": s.running,
+                "lag": s.lag_now if s.lag_now is not None else s.beat.get("lag"),
+                "last_batch_at": s.beat.get("last_batch_at"),
+                "status": s.describe(),
+            }
+            for s in streams
+        ],
+    }
+
+
+def summaries(settings: Settings) -> list[dict[str, Any]]:
+    return [flow_summary(settings, flow) for flow in flow_names()]
+
+
+# ---- the page -----------------------------------------------------------------------------
+def _e(value: Any) -> str:
+    if isinstance(value, float):
+        value = round(value, 6)  # a difference of sums, not its binary noise
+    return html.escape("" if value is None else str(value))
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str], cls: str) -> str:
+    if not rows:
+        return f"<p class='none {cls}'>none</p>"
+    head = "".join(f"<th>{_e(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td data-col='{_e(c)}'>{_e(r.get(c))}</td>" for c in columns) + "</tr>"
+        for r in rows
+    )
+    return f"<table class='{cls}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _flow_section(s: dict[str, Any]) -> str:
+    flow = s["flow"]
+    streak = "".join(
+        f"<li class='day {'clean' if d['clean'] else 'breaks'}' data-date='{d['business_date']}'"
+        f" data-breaks='{d['breaks']}' title='{d['business_date']}: "
+        f"{'clean' if d['clean'] else str(d['breaks']) + ' breaks'}'>"
+        + (
+            f"<a href='{_e(d['report'])}'>{d['business_date']}</a>"
+            if d["report"]
+            else _e(d["business_date"])
+        )
+        + f" <span>{'✓' if d['clean'] else d['breaks']}</span></li>"
+        for d in s["parity_streak"]
+    )
+    last = s["last_reconciliation"]
+    if last:
+        report = (
+            f"<a class='report' href='{_e(last['report'])}'>report of {last['business_date']}</a>"
+            if last["report"]
+            else "<span class='none'>no report written for this date yet</span>"
+        )
+        recon = (
+            f"<p>business date <b class='last-date'>{last['business_date']}</b>: "
+            f"<b class='last-breaks'>{last['breaks']}</b> breaks · {report}</p>"
+            + _table(
+                last["runs"],
+                ["recon", "breaks", "missing_left", "missing_right", "value_mismatch", "run_id"],
+                "runs",
+            )
+            + "<h4>Worst breaks</h4>"
+            + _table(
+                last["worst"],
+                ["recon", "kind", "key", "column", "left_value", "right_value", "difference"],
+                "worst",
+            )
+        )
+    else:
+        recon = "<p class='none'>not reconciled yet</p>"
+    streams = (
+        "".join(
+            f"<li class='stream {'running' if x['running'] else 'stopped'}'>{_e(x['status'])}</li>"
+            for x in s["streams"]
+        )
+        or "<li class='none'>no streaming job has run for this flow</li>"
+    )
+    quality = s["quality"]
+    if quality:
+        n = quality["counts"]
+        docs = " · ".join(
+            f"<a class='data-docs' href='{_e(href)}'>{_e(name)}</a>"
+            for name, href in sorted(quality["data_docs"].items())
+        )
+        quality_html = (
+            f"<p>business date <b class='quality-date'>{quality['business_date']}</b>: "
+            f"<b class='q-pass'>{n['pass']}</b> pass · <b class='q-warn'>{n['warn']}</b> warn · "
+            f"<b class='q-fail'>{n['fail']}</b> fail</p>"
+            + "".join(f"<p class='q-failed'>{_e(f)}</p>" for f in quality["failed"])
+            + f"<p>Data Docs: {docs} · <a href='data_docs/index.html'>all runs</a></p>"
+        )
+    else:
+        quality_html = "<p class='none'>no data-quality run yet</p>"
+    evidence = s["evidence"]
+    gate = (
+        "gate open: the last reconciled dates are clean"
+        if evidence["sufficient"]
+        else "gate closed: " + "; ".join(evidence["problems"])
+    )
+    promote = ""
+    if s["next_stage"]:
+        note = gate if s["next_is_gated"] else "no reconciliation evidence needed for this step"
+        promote = (
+            f"<div class='promote'><button data-flow='{_e(flow)}' data-to='{_e(s['next_stage'])}'>"
+            f"Promote to {_e(s['next_stage'])}</button> <input class='reason' "
+            f"placeholder='reason (optional)'> <span class='gate'>{_e(note)}</span>"
+            f"<p class='outcome'></p></div>"
+        )
+    return f"""
+<section class="flow" data-flow="{_e(flow)}">
+<h2>{_e(flow)} <span class="stage" data-stage="{_e(s["stage"])}">{_e(s["stage"])}</span></h2>
+{promote}
+<h3>Parity streak <small>(stream vs batch, newest last; <b class="clean-run">{s["clean_days_in_a_row"]}</b>
+clean in a row; promotion needs {evidence["window"]})</small></h3>
+<ol class="streak">{streak or "<li class='none'>no stream-vs-batch reconciliation yet</li>"}</ol>
+<h3>Last reconciliation</h3>
+{recon}
+<h3>Data quality</h3>
+{quality_html}
+<h3>Stream</h3>
+<ul class="streams">{streams}</ul>
+<h3>Stage history</h3>
+{_table(s["stage_history"], ["changed_at", "from_stage", "to_stage", "changed_by", "forced", "reason"], "history")}
+</section>"""
+
+
+SCRIPT = """
+for (const button of document.querySelectorAll('.promote button')) {
+  button.addEventListener('click', async () => {
+    const box = button.closest('.promote'), out = box.querySelector('.outcome');
+    button.disabled = true; out.textContent = 'checking the gate ...';
+    const reason = box.querySelector('.reason').value || null;
+    const resp = await fetch(`api/flows/${button.dataset.flow}/promote`, {
+      method: 'POST', headers: {'Content-Type': 'application/json'},
+      body: JSON.stringify({to: button.dataset.to, reason})});
+    const body = await resp.json();
+    if (!resp.ok) { out.className = 'outcome refused'; out.textContent = body.detail; button.disabled = false; return; }
+    out.className = 'outcome running';
+    out.textContent = `${body.message}: recording (run ${body.run_id}) ...`;
+    for (;;) {
+      await new Promise(r => setTimeout(r, 3000));
+      const run = await (await fetch(`api/promotions/${encodeURIComponent(body.run_id)}`)).json();
+      if (run.state === 'success') { location.reload(); return; }
+      if (run.state === 'failed') { out.className = 'outcome refused'; out.textContent = `run ${body.run_id} failed: see its log in the DAG streamshift_promote`; return; }
+    }
+  });
+}
+"""
+
+
+def render(flows: list[dict[str, Any]], user: str) -> str:
+    sections = "".join(_flow_section(s) for s in flows)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>streamshift · Migration</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 1em 2em; color: #222; }}
+h2 {{ border-bottom: 1px solid #ddd; }} .stage {{ background: #4c72b0; color: #fff;
+  padding: 0 .5em; border-radius: 4px; font-size: .8em; }}
+table {{ border-collapse: collapse; font-size: .85em; }}
+td, th {{ padding: 2px 8px; border-bottom: 1px solid #eee; text-align: left; }}
+.none {{ color: #888; }} ol.streak {{ list-style: none; padding: 0; display: flex; flex-wrap: wrap; gap: 4px; }}
+.day {{ padding: 2px 6px; border-radius: 3px; font-size: .8em; }}
+.day.clean {{ background: #d4edda; }} .day.breaks {{ background: #f8d7da; }}
+.refused {{ color: #a00; }} .running {{ color: #555; }}
+</style></head><body>
+<h1>Migration</h1>
+<p>Signed in as <b class="user">{_e(user)}</b>. Each flow's migration stage, the reconciliation
+evidence a promotion needs, and its stream's health. Promotion goes through the same gate as
+<code>streamshift promote</code> and is recorded with your user name.</p>
+{sections or "<p class='none'>no flows</p>"}
+<script>{SCRIPT}</script>
+</body></html>"""
+
+
+# ---- the app ------------------------------------------------------------------------------
+def _credential(request: Any) -> str | None:
+    """The caller's Airflow token: the Bearer header, else the UI's session cookie."""
+    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+
+    header = request.headers.get("authorization", "")
+    if header.lower().startswith("bearer "):
+        return str(header[7:].strip())
+    token = request.cookies.get(COOKIE_NAME_JWT_TOKEN)
+    return str(token) if token else None
+
+
+def _airflow_api(method: str, path: str, token: str | None, body: Any = None) -> Any:
+    """Airflow's own REST API on this API server, called as the signed-in user."""
+    from airflow.configuration import conf
+    from fastapi import HTTPException
+
+    base = conf.get("api", "base_url", fallback="http://127.0.0.1:8080").rstrip("/")
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"{base}{path}", data=data, method=method)
+    request.add_header("Content-Type", "application/json")
+    request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            return json.loads(resp.read().decode() or "null")
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")
+        try:
+            detail = json.loads(detail).get("detail", detail)
+        except (ValueError, AttributeError):
+            pass
+        raise HTTPException(exc.code, f"Airflow answered {exc.code}: {detail}") from None
+
+
+def create_app() -> Any:
+    from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
+    from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_view
+    from fastapi import Depends, FastAPI, HTTPException, Request
+    from fastapi.encoders import jsonable_encoder
+    from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+    from pydantic import BaseModel
+
+    may_view = [Depends(requires_access_view(AccessView.PLUGINS))]
+    app = FastAPI(
+        title="streamshift Migration",
+        description="Each flow's migration stage, evidence and health; promotion through the gate.",
+        dependencies=may_view,
+    )
+
+    def known(flow: str) -> str:
+        if flow not in flow_names():
+            raise HTTPException(404, f"unknown flow {flow!r}; flows: {', '.join(flow_names())}")
+        return flow
+
+    @app.get("/migration", response_class=HTMLResponse)
+    def page(user: GetUserDep) -> str:
+        return render(summaries(load_settings()), user.get_name())
+
+    @app.get("/api/flows")
+    def flows() -> JSONResponse:
+        return JSONResponse(jsonable_encoder(summaries(load_settings())))
+
+    class Promotion(BaseModel):
+        to: str
+        reason: str | None = None
+
+    @app.post("/api/flows/{flow}/promote")
+    def promote(
+        flow: str, promotion: Promotion, request: Request, user: GetUserDep
+    ) -> JSONResponse:
+        from airflow.api_fastapi.app import get_auth_manager
+        from airflow.api_fastapi.auth.managers.models.resource_details import (
+            DagAccessEntity,
+            DagDetails,
+        )
+
+        from streamshift.control.stages import PromotionRefused, check_promotion
+
+        known(flow)
+        if not get_auth_manager().is_authorized_dag(
+            method="POST",
+            access_entity=DagAccessEntity.RUN,
+            details=DagDetails(id=PROMOTE_DAG),
+            user=user,
+        ):
+            raise HTTPException(
+                403, f"{user.get_name()} may not trigger {PROMOTE_DAG}, so may not promote"
+            )
+        try:
+            change = check_promotion(load_settings(), flow, promotion.to, reason=promotion.reason)
+        except PromotionRefused as refused:
+            raise HTTPException(409, str(refused)) from None
+        conf = {"flow": flow, "to": promotion.to, "force": False, "reason": promotion.reason}
+        run = _airflow_api(
+            "POST",
+            f"/api/v2/dags/{PROMOTE_DAG}/dagRuns",
+            _credential(request),
+            {"logical_date": None, "conf": conf},
+        )
+        return JSONResponse(
+            {
+                "run_id": run["dag_run_id"],
+                "state": run["state"],
+                "message": change.describe(),
+                "by": user.get_name(),
+            },
+            status_code=202,
+        )
+
+    @app.get("/api/promotions/{run_id}")
+    def promotion(run_id: str, request: Request) -> dict[str, Any]:
+        from urllib.parse import quote
+
+        run = _airflow_api(
+            "GET", f"/api/v2/dags/{PROMOTE_DAG}/dagRuns/{quote(run_id)}", _credential(request)
+        )
+        return {"run_id": run["dag_run_id"], "state": run["state"], "conf": run.get("conf")}
+
+    @app.get("/reports/{flow}/{day}")
+    def report(flow: str, day: str) -> FileResponse:
+        from streamshift.control.report import report_dir
+
+        try:
+            business_date = dt.date.fromisoformat(day)
+        except ValueError:
+            raise HTTPException(404, f"{day!r} is not a date (YYYY-MM-DD)") from None
+        path: Path = report_dir(load_settings(), known(flow), business_date) / "report.html"
+        if not path.exists():
+            raise HTTPException(
+                404, f"no report for {flow} on {day} yet: the EOD run's write_report writes it"
+            )
+        return FileResponse(path, media_type="text/html")
+
+    @app.get("/data_docs/{page:path}")
+    def data_docs(page: str) -> FileResponse:
+        root = (load_settings().reports / "data_docs").resolve()
+        path = (root / page).resolve()
+        if not path.is_relative_to(root) or not path.is_file():
+            raise HTTPException(404, f"no Data Docs page {page!r} (run streamshift quality)")
+        return FileResponse(path)
+
+    return app

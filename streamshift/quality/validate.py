@@ -1,0 +1,381 @@
+"""Running the data-quality checkpoints: Great Expectations 1.x on Spark DataFrames.
+
+Each suite validates one dataset of one business date, as a Spark DataFrame (never a pandas
+copy): ``raw`` (the day's EOD file, typed), ``current`` (the layer's current state of the
+date), a view (e.g. ``positions``), ``quarantine`` (the date's rejected rows). Thresholds that
+depend on the data are computed from the tables and passed in as expectation parameters:
+
+* ``rows_low`` / ``rows_high`` — the median row count of the recent dates (``row_count_history``
+  of them) times ``1 ∓ row_count_band``;
+* ``known_<reference table>`` — the values of the reference table's first column;
+* ``live_rows`` — the date's live (not deleted) rows of current state;
+* ``quarantine_max_rows`` — ``quarantine_max_share`` of the date's rows (current + quarantined).
+
+The repo's project is copied to ``STREAMSHIFT_HOME/quality/gx`` and run there (results are
+kept there; Data Docs go to ``STREAMSHIFT_HOME/reports/data_docs``). Every check is also a row
+of the ``quality_runs`` Delta table, which the report, the promotion gate and the Airflow page
+read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import datetime as dt
+import fcntl
+import json
+import os
+import shutil
+import statistics
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from streamshift.core.catalog import QUALITY_RUNS_SCHEMA, ControlTables
+from streamshift.core.contract import IS_DELETED
+from streamshift.core.flow import Flow
+from streamshift.quality.project import (
+    POLICIES,
+    PROJECT,
+    Check,
+    QualityError,
+    QualityRun,
+    datasets,
+    suite_document,
+)
+from streamshift.write.target import Target, ensure_table
+
+if TYPE_CHECKING:
+    from streamshift.core.settings import Settings
+
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")  # no network calls home
+
+
+def _say(message: str) -> None:
+    print(f"[quality] {message}", file=sys.stderr, flush=True)
+
+
+def quality_root(settings: Settings) -> Path:
+    return settings.home / "quality"
+
+
+def data_docs_dir(settings: Settings) -> Path:
+    return settings.reports / "data_docs"
+
+
+@contextlib.contextmanager
+def _project(settings: Settings) -> Iterator[Any]:
+    """A file context on a fresh copy of the repo's project, one run at a time."""
+    import great_expectations as gx
+
+    root = quality_root(settings)
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        gx_dir = root / "gx"
+        for part in ("expectations", "validation_definitions", "checkpoints"):
+            shutil.rmtree(gx_dir / part, ignore_errors=True)
+            shutil.copytree(PROJECT / part, gx_dir / part)
+        shutil.copy2(PROJECT / "great_expectations.yml", gx_dir / "great_expectations.yml")
+        # What is validated: each suite with its flow's overrides (flows/<flow>/quality.json).
+        for path in (gx_dir / "expectations").glob("*/*.json"):
+            suite = f"{path.parent.name}.{path.stem}"
+            path.write_text(json.dumps(suite_document(suite), indent=2))
+        yield gx.get_context(mode="file", project_root_dir=str(root))
+
+
+# ---- datasets and parameters --------------------------------------------------------------
+def _on(df: DataFrame, column: str, day: dt.date) -> DataFrame:
+    return df.where(F.col(column) == F.lit(day))
+
+
+def dataset_frame(
+    spark: SparkSession, target: Target, dataset: str, day: dt.date, file: Path | None
+) -> DataFrame | None:
+    """The date's rows of one dataset; ``None`` for ``raw`` without a file."""
+    flow = target.flow
+    if dataset == "raw":
+        if file is None:
+            return None
+        from streamshift.sources.eodfile import check_file
+        from streamshift.sources.eodread import read_eod_file
+
+        layout = check_file(file, flow, whole_day=False)
+        raw = read_eod_file(spark, file, flow, layout)
+        return raw.select(*[F.col(f.name).try_cast(f.dataType).alias(f.name) for f in flow.schema])
+    if dataset == "quarantine":
+        return _on(
+            target.table("quarantine").where(F.col("flow") == flow.name), "business_date", day
+        )
+    if dataset == "current" or dataset in {v.name for v in flow.views}:
+        return _on(target.table(dataset), flow.business_date, day)
+    raise QualityError(f"suite {flow.name}.{dataset} names no dataset of flow {flow.name}")
+
+
+def _median_rows(
+    spark: SparkSession, target: Target, dataset: str, day: dt.date, history: int
+) -> float | None:
+    """Median row count of the dataset over the ``history`` most recent dates before ``day``."""
+    flow = target.flow
+    if dataset == "raw":  # the files as received, from the EOD runs
+        from streamshift.core.catalog import EOD_RUNS_SCHEMA
+        from streamshift.write.target import read_or_empty
+
+        runs = read_or_empty(spark, target.tables.eod_runs, EOD_RUNS_SCHEMA)
+        runs = runs.where(F.col("flow") == flow.name)
+        per_day = runs.groupBy("business_date").agg(F.max("received").alias("n"))
+        bd = "business_date"
+    else:
+        frame = target.table("current" if dataset == "current" else dataset)
+        bd = flow.business_date
+        per_day = frame.groupBy(bd).count().withColumnRenamed("count", "n")
+    recent = per_day.where(F.col(bd) < F.lit(day)).orderBy(F.col(bd).desc()).limit(history)
+    counts = [int(r["n"]) for r in recent.collect()]
+    return statistics.median(counts) if counts else None
+
+
+def _known_values(flow: Flow) -> dict[str, list[str]]:
+    out = {}
+    for ref in flow.reference:
+        with open(ref.path, newline="") as handle:
+            reader = csv.reader(handle)
+            next(reader, None)
+            out[f"known_{ref.name}"] = sorted({row[0] for row in reader if row})
+    return out
+
+
+def parameters(
+    spark: SparkSession,
+    target: Target,
+    suite_meta: dict[str, Any],
+    dataset: str,
+    day: dt.date,
+    current: DataFrame,
+    quarantined: int,
+) -> dict[str, Any]:
+    """The expectation parameters of one suite for one date (see the module doc)."""
+    params: dict[str, Any] = _known_values(target.flow)
+    band = float(suite_meta.get("row_count_band", 0.5))
+    median = _median_rows(spark, target, dataset, day, int(suite_meta.get("row_count_history", 10)))
+    params["rows_low"] = 0 if median is None else int(median * (1 - band))
+    params["rows_high"] = None if median is None else int(median * (1 + band)) + 1
+    live = current.where(~F.col(IS_DELETED)).count()
+    params["live_rows"] = live
+    share = float(suite_meta.get("quarantine_max_share", 0.05))
+    params["quarantine_max_rows"] = int(share * (current.count() + quarantined))
+    return params
+
+
+# ---- results ------------------------------------------------------------------------------
+def _short(values: Any, n: int = 3) -> str:
+    values = list(values)
+    text = ", ".join(str(v) for v in values[:n])
+    return text + (f", … ({len(values)})" if len(values) > n else "")
+
+
+def _observed(result: dict[str, Any]) -> str:
+    if "observed_value" in result:
+        return str(result["observed_value"])
+    if "unexpected_count" in result:
+        count = result["unexpected_count"]
+        if not count:
+            return f"0 of {result.get('element_count', '?')} unexpected"
+        sample = _short(result.get("partial_unexpected_list") or [])
+        return f"{count} of {result.get('element_count', '?')} unexpected ({sample})"
+    return "?"
+
+
+def _threshold(kind: str, kwargs: dict[str, Any]) -> str:
+    if "value_set" in kwargs:
+        values = kwargs["value_set"] or []
+        return f"one of {len(values)} known values"
+    if "min_value" in kwargs or "max_value" in kwargs:
+        low, high = kwargs.get("min_value"), kwargs.get("max_value")
+        low_op = ">" if kwargs.get("strict_min") else "≥"
+        parts = [
+            f"{low_op} {low}" if low is not None else "",
+            f"≤ {high}" if high is not None else "",
+        ]
+        return " and ".join(p for p in parts if p) or "any"
+    if kind.endswith("to_be_unique"):
+        return "unique"
+    if kind.endswith("not_be_null"):
+        return "no nulls"
+    return kind
+
+
+def checks_of(suite: str, validation: Any) -> list[Check]:
+    checks = []
+    for r in validation.results:
+        config = r.expectation_config
+        severity = getattr(config.severity, "value", str(config.severity))
+        checks.append(
+            Check(
+                suite=suite,
+                expectation=(config.meta or {}).get("name") or config.type,
+                policy=POLICIES.get(severity, "fail"),
+                success=bool(r.success),
+                observed=_observed(r.result or {}),
+                threshold=_threshold(config.type, dict(config.kwargs)),
+            )
+        )
+    return checks
+
+
+def validate_frames(
+    settings: Settings,
+    flow: Flow,
+    day: dt.date,
+    layer: str,
+    frames: dict[str, tuple[DataFrame, dict[str, Any]]],
+    *,
+    build_docs: bool = True,
+) -> QualityRun:
+    """Run each suite's checkpoint on its DataFrame with its parameters."""
+    run = QualityRun(
+        run_id=dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6],
+        flow=flow.name,
+        business_date=day.isoformat(),
+        layer=layer,
+    )
+    with _project(settings) as context:
+        identifiers = []
+        for dataset, (frame, params) in frames.items():
+            suite = f"{flow.name}.{dataset}"
+            _say(f"validating {suite} ({layer} layer, {day})")
+            checkpoint = context.checkpoints.get(suite)
+            result = checkpoint.run(
+                batch_parameters={"dataframe": frame},
+                expectation_parameters=params,
+                run_id=_run_identifier(run, suite),
+            )
+            for identifier, validation in result.run_results.items():
+                run.checks += checks_of(suite, validation)
+                identifiers.append(identifier)
+                run.docs[suite] = _docs_page(identifier)
+        if build_docs and identifiers:
+            _say(f"building Data Docs under {data_docs_dir(settings)}")
+            context.build_data_docs(resource_identifiers=identifiers)
+    return run
+
+
+def _run_identifier(run: QualityRun, suite: str) -> Any:
+    from great_expectations.core.run_identifier import RunIdentifier
+
+    return RunIdentifier(run_name=f"{run.business_date}-{run.layer}-{run.run_id}")
+
+
+def _docs_page(identifier: Any) -> str:
+    """The Data Docs page of one validation result, relative to the data_docs folder."""
+    *suite_and_run, batch = identifier.to_tuple()  # suite parts (a.b → a, b), run name, time
+    return "/".join(["validations", *suite_and_run, f"{batch}.html"])
+
+
+def record(spark: SparkSession, settings: Settings, run: QualityRun) -> None:
+    path = ControlTables(settings.warehouse).quality_runs
+    ensure_table(spark, path, QUALITY_RUNS_SCHEMA, ("business_date",))
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    rows = [
+        (
+            run.run_id,
+            run.flow,
+            dt.date.fromisoformat(run.business_date),
+            run.layer,
+            c.suite,
+            c.expectation,
+            c.policy,
+            c.success,
+            c.observed,
+            c.threshold,
+            run.docs.get(c.suite),
+            now,
+        )
+        for c in run.checks
+    ]
+    if rows:
+        spark.createDataFrame(rows, QUALITY_RUNS_SCHEMA).write.format("delta").mode("append").save(
+            path
+        )
+
+
+def run_quality(
+    spark: SparkSession,
+    settings: Settings,
+    flow: Flow,
+    day: dt.date,
+    layer: str,
+    file: Path | None = None,
+    only: list[str] | None = None,
+) -> QualityRun:
+    """The quality job: every suite of the flow (or ``only`` these datasets) on the date's
+    data in ``layer``; results recorded in ``quality_runs``, Data Docs rebuilt."""
+    target = Target.open(spark, settings, flow, layer)
+    wanted = only or datasets(flow.name)
+    unknown = sorted(set(wanted) - set(datasets(flow.name)))
+    if unknown:
+        raise QualityError(
+            f"no suite for {', '.join(unknown)}; {flow.name} has suites for "
+            f"{', '.join(datasets(flow.name))} (expectations/gx/expectations/{flow.name}/)"
+        )
+    if file is not None and not file.exists():
+        raise QualityError(f"EOD file {file} not found")
+    current = dataset_frame(spark, target, "current", day, None)
+    assert current is not None
+    current = current.persist()
+    quarantine = dataset_frame(spark, target, "quarantine", day, None)
+    assert quarantine is not None
+    quarantined = quarantine.count()
+    frames: dict[str, tuple[DataFrame, dict[str, Any]]] = {}
+    for dataset in wanted:
+        frame = (
+            current if dataset == "current" else dataset_frame(spark, target, dataset, day, file)
+        )
+        if frame is None:
+            _say(f"no EOD file given: {flow.name}.{dataset} not validated")
+            continue
+        meta = suite_document(f"{flow.name}.{dataset}").get("meta", {}).get("streamshift", {})
+        params = parameters(spark, target, meta, dataset, day, current, quarantined)
+        frames[dataset] = (frame if dataset == "current" else frame.persist(), params)
+    try:
+        run = validate_frames(settings, flow, day, layer, frames)
+    finally:
+        for frame, _ in frames.values():
+            frame.unpersist()
+        current.unpersist()
+    record(spark, settings, run)
+    return run
+
+
+def sample_batch(
+    settings: Settings, flow: Flow, layer: str, decoded: DataFrame, batch_id: int
+) -> dict[str, Any]:
+    """Validate one stream micro-batch against the flow's current-state suite: the rows the
+    batch brings to current state (its latest version per key). For ``status``; never raises."""
+    from streamshift.core.contract import MALFORMED
+    from streamshift.write.transforms import latest_per_key
+
+    started = dt.datetime.now(dt.UTC)
+    try:
+        rows = latest_per_key(flow, decoded.where(F.col(MALFORMED).isNull()))
+        params = {**_known_values(flow), "rows_low": 0, "rows_high": None}
+        run = validate_frames(
+            settings, flow, started.date(), layer, {"current": (rows, params)}, build_docs=False
+        )
+    except Exception as exc:  # noqa: BLE001 - a broken check must not stop the stream
+        return {"batch_id": batch_id, "at": started.isoformat(), "error": str(exc)[:300]}
+    counts = run.counts()
+    return {
+        "batch_id": batch_id,
+        "at": started.isoformat(timespec="seconds"),
+        "suite": f"{flow.name}.current",
+        "pass": counts["pass"],
+        "warn": counts["warn"],
+        "fail": counts["FAIL"],
+        "failed": [f"{c.expectation}: observed {c.observed}" for c in run.checks if not c.success],
+        "seconds": round((dt.datetime.now(dt.UTC) - started).total_seconds(), 2),
+    }

@@ -1,0 +1,74 @@
+"""The EOD DAG's data-quality task in real DAG runs (``dag.test()``, spark-submit, Great
+Expectations on Spark): a `warn` expectation lets the run succeed with the warning in its
+summary; a `fail` expectation fails the task naming it, and the summary is not published."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from streamshift.read.control import quality_results
+from tests.airflow_support import dag_test, land_day
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
+
+WARN_DAY, FAIL_DAY = dt.date(2027, 9, 6), dt.date(2027, 9, 7)
+
+
+def _edit_first_new_trade(path: Path, **values: str) -> str:
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        fields, rows = reader.fieldnames or [], list(reader)
+    row = next(r for r in rows if r["event_type"] == "NEW")
+    row.update(values)
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    return row["trade_id"]
+
+
+def test_warn_goes_on_and_fail_stops_the_eod_run(airflow_stack) -> None:  # type: ignore[no-untyped-def]
+    settings, _client = airflow_stack
+
+    # warn: an implausible price (policy warn in trades.raw and trades.current).
+    files = land_day(settings, WARN_DAY, trades=60)
+    _edit_first_new_trade(files.eod, price="2500000.00")
+    warned = dag_test(settings, "eod_trades", f"{WARN_DAY}T22:00:00+00:00", {})
+    assert warned["state"] == "success", warned["output"][-4000:]
+    assert warned["tasks"]["data_quality"] == "success"
+    assert warned["tasks"]["publish_summary"] == "success"
+    summary = next(
+        line for line in warned["output"].splitlines() if f"SUMMARY trades {WARN_DAY}" in line
+    )
+    assert re.search(
+        r"WARNING trades.raw price_plausible: observed 1 of \d+ unexpected \(2500000", summary
+    )
+    checks = {
+        (r["suite"], r["expectation"]): r for r in quality_results(settings, "trades", WARN_DAY)
+    }
+    assert not checks[("trades.raw", "price_plausible")]["success"]
+    assert checks[("trades.raw", "price_plausible")]["policy"] == "warn"
+    assert all(r["success"] for r in checks.values() if r["policy"] == "fail")
+
+    # fail: a book nobody knows (policy fail in trades.raw).
+    files = land_day(settings, FAIL_DAY, trades=60)
+    _edit_first_new_trade(files.eod, book="NO-SUCH-BOOK")
+    failed = dag_test(settings, "eod_trades", f"{FAIL_DAY}T22:00:00+00:00", {})
+    assert failed["state"] == "failed", failed["output"][-4000:]
+    assert failed["tasks"]["data_quality"] == "failed"
+    assert failed["tasks"]["write_report"] == "success"  # the report shows the failure
+    assert failed["tasks"]["publish_summary"] != "success"
+    assert f"SUMMARY trades {FAIL_DAY}" not in failed["output"]
+    assert re.search(
+        r"data_quality failed: data quality failed: trades.raw books_known: observed 1 of \d+ "
+        r"unexpected \(NO-SUCH-BOOK\), expected one of \d+ known values",
+        failed["output"],
+    )
+    report = json.loads((settings.reports / "trades" / str(FAIL_DAY) / "report.json").read_text())
+    assert report["quality"]["counts"]["fail"] >= 1

@@ -1,0 +1,308 @@
+"""The Migration page in the real Airflow UI: a real API server with the plugin, real Delta
+tables written by Spark, headless Debian chromium, a real ``streamshift_promote`` DAG run.
+
+What the page shows is compared with the control tables read through Spark (not through the
+page's own JVM-free reader).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import functions as F
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.ui import WebDriverWait
+
+from flows.trades import FLOW
+from flows.trades.generate import generate_day
+from streamshift.control.report import write_report
+from streamshift.control.stages import STAGES, promote
+from streamshift.core.catalog import ControlTables
+from streamshift.jobs.eod import run_eod
+from streamshift.jobs.reconcile import reconcile_date
+from streamshift.local.airflow import USER, VIEWER, LocalAirflow, password
+from streamshift.read.control import current_stage
+from streamshift.write.target import Target, read
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
+
+# Dates no other Airflow test uses; the newest in the stack's warehouse, so they are the
+# promotion evidence (the stack's window is 3).
+DAYS = [dt.date(2027, 6, 1) + dt.timedelta(days=i) for i in range(3)]
+
+
+def _set_stage(spark, settings, to: str) -> None:  # type: ignore[no-untyped-def]
+    """Walk the flow to ``to`` one recorded step at a time (the stack is shared)."""
+    while (now := current_stage(settings, FLOW.name)) != to:
+        step = STAGES[STAGES.index(now) + (1 if STAGES.index(to) > STAGES.index(now) else -1)]
+        promote(spark, settings, FLOW.name, step, force=True, reason="test set-up", by="test")
+
+
+def _without(path: Path, skip: set[str], out: Path) -> Path:
+    with open(path, newline="") as src, open(out, "w", newline="") as dst:
+        reader = csv.DictReader(src)
+        writer = csv.DictWriter(dst, fieldnames=reader.fieldnames or [])
+        writer.writeheader()
+        writer.writerows(r for r in reader if r["trade_id"] not in skip)
+    return out
+
+
+def _expected(spark, settings) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """What the page must show, from the tables through Spark."""
+    from pyspark.sql.window import Window
+
+    control = ControlTables(settings.warehouse)
+    runs = read(spark, control.recon_runs).where(F.col("flow") == FLOW.name)
+    newest = Window.partitionBy("business_date", "recon").orderBy(F.col("run_at").desc())
+    latest = runs.withColumn("n", F.row_number().over(newest)).where("n = 1")
+    parity = (
+        latest.where(F.col("recon").startswith("parity"))
+        .groupBy("business_date")
+        .agg(F.sum("breaks").alias("breaks"), F.bool_and("clean").alias("clean"))
+        .orderBy("business_date")
+        .collect()
+    )
+    last_day = latest.agg(F.max("business_date")).first()[0]
+    last = latest.where(F.col("business_date") == last_day)
+    run_ids = [r["run_id"] for r in last.select("run_id").collect()]
+    breaks = read(spark, control.recon_breaks).where(F.col("run_id").isin(run_ids)).count()
+    stages = read(spark, control.stage_changes).where(F.col("flow") == FLOW.name)
+    return {
+        "streak": [(str(r["business_date"]), int(r["breaks"]), r["clean"]) for r in parity][-30:],
+        "last_day": str(last_day),
+        "last_breaks": int(last.agg(F.sum("breaks")).first()[0]),
+        "worst_rows": min(breaks, 10),
+        "stage": stages.orderBy(F.col("changed_at").desc()).first()["to_stage"],
+        "history_rows": stages.count(),
+    }
+
+
+def _shown(driver) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    section = driver.find_element(By.CSS_SELECTOR, "section.flow[data-flow='trades']")
+    days = section.find_elements(By.CSS_SELECTOR, "ol.streak li.day")
+    return {
+        "streak": [
+            (
+                d.get_attribute("data-date"),
+                int(d.get_attribute("data-breaks")),
+                "clean" in d.get_attribute("class").split(),
+            )
+            for d in days
+        ],
+        "last_day": section.find_element(By.CSS_SELECTOR, ".last-date").text,
+        "last_breaks": int(section.find_element(By.CSS_SELECTOR, ".last-breaks").text),
+        "worst_rows": len(section.find_elements(By.CSS_SELECTOR, "table.worst tbody tr")),
+        "stage": section.find_element(By.CSS_SELECTOR, ".stage").text,
+        "history_rows": len(section.find_elements(By.CSS_SELECTOR, "table.history tbody tr")),
+    }
+
+
+def _login_and_open(driver, airflow: LocalAirflow) -> None:  # type: ignore[no-untyped-def]
+    """Sign in through Airflow's login form, open Browse → Migration, enter its frame."""
+    wait = WebDriverWait(driver, 60)
+    driver.get(f"{airflow.url}/auth/login?next=%2Fplugin%2Fmigration")
+    wait.until(EC.presence_of_element_located((By.NAME, "username"))).send_keys(USER)
+    driver.find_element(By.NAME, "password").send_keys(password(airflow.settings))
+    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    frame = wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "iframe[title=Migration]")))
+    assert frame.get_attribute("src").endswith("/streamshift/migration")
+    driver.switch_to.frame(frame)
+    wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "section.flow")))
+
+
+def _cli(settings, *args: str) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+    env = LocalAirflow(settings).env()
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "streamshift"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_migration_page_in_the_browser_shows_the_tables_and_promotes_through_the_gate(  # type: ignore[no-untyped-def]
+    spark, airflow_stack, browser, tmp_path: Path
+) -> None:
+    settings, _client = airflow_stack
+    airflow = LocalAirflow(settings)
+    _set_stage(spark, settings, "shadow")
+    batch = Target.open(spark, settings, FLOW, "batch")
+    stream = Target.open(spark, settings, FLOW, "stream")
+    files = {
+        d: generate_day(d, 30, tmp_path / str(d), seed=7 + i, progress=False)
+        for i, d in enumerate(DAYS)
+    }
+    missed = set()
+    for d in DAYS:
+        eod = files[d].eod
+        run_eod(spark, batch, d, eod)
+        if d == DAYS[-1]:  # the stream layer misses two trades of the last day
+            with open(eod, newline="") as handle:
+                missed = {r["trade_id"] for _, r in zip(range(2), csv.DictReader(handle))}
+            eod = _without(eod, missed, tmp_path / "stream_day.csv")
+        run_eod(spark, stream, d, eod)
+        reconcile_date(spark, settings, FLOW, d)
+    write_report(settings, FLOW.name, DAYS[-1])
+
+    _login_and_open(browser, airflow)
+    expected = _expected(spark, settings)
+    *clean_days, (last_day, last_breaks, last_clean) = expected["streak"][-3:]
+    assert clean_days == [(str(DAYS[0]), 0, True), (str(DAYS[1]), 0, True)]
+    assert last_day == str(DAYS[2]) and last_breaks > 0 and not last_clean
+    assert _shown(browser) == expected
+    shot = tmp_path / "migration-page.png"
+    browser.save_screenshot(str(shot))
+    print(f"screenshot of the Migration page: {shot}")
+
+    # The last reconciliation links to the day's report (it opens in the page's frame: the
+    # UI sandboxes plugin frames without pop-ups).
+    section = browser.find_element(By.CSS_SELECTOR, "section.flow[data-flow='trades']")
+    section.find_element(By.CSS_SELECTOR, "a.report").click()
+    WebDriverWait(browser, 30).until(
+        lambda d: d.find_element(By.TAG_NAME, "h1").text == f"trades — business date {DAYS[-1]}"
+    )
+    assert browser.find_element(By.CSS_SELECTOR, ".verdict").text == f"{last_breaks} breaks"
+    browser.save_screenshot(str(tmp_path / "report-from-the-page.png"))
+
+    # Promotion to stream: the gate says no (the last day has breaks), in the CLI's words.
+    cli = _cli(settings, "promote", "--flow", "trades", "--to", "stream")
+    assert cli.returncode != 0 and "refused" in cli.stderr
+    _login_and_open(browser, airflow)
+    box = browser.find_element(By.CSS_SELECTOR, "section.flow[data-flow='trades'] .promote")
+    assert box.find_element(By.TAG_NAME, "button").text == "Promote to stream"
+    box.find_element(By.TAG_NAME, "button").click()
+    outcome = WebDriverWait(browser, 60).until(
+        lambda d: d.find_element(By.CSS_SELECTOR, ".promote .outcome.refused")
+    )
+    assert outcome.text and outcome.text in cli.stderr
+    assert f"{DAYS[-1]} had {last_breaks} breaks" in outcome.text
+    assert current_stage(settings, FLOW.name) == "shadow"
+
+    # Repair the stream layer, reconcile again: the gate opens; promote from the page.
+    run_eod(spark, stream, DAYS[-1], files[DAYS[-1]].eod)
+    [parity] = reconcile_date(spark, settings, FLOW, DAYS[-1])
+    assert parity.clean
+    _login_and_open(browser, airflow)
+    box = browser.find_element(By.CSS_SELECTOR, "section.flow[data-flow='trades'] .promote")
+    box.find_element(By.CSS_SELECTOR, "input.reason").send_keys("three clean days")
+    box.find_element(By.TAG_NAME, "button").click()
+    # The page triggers streamshift_promote as the signed-in user and reloads when it is done.
+    WebDriverWait(browser, 600, poll_frequency=3).until(
+        lambda d: (
+            d.find_element(By.CSS_SELECTOR, "section.flow[data-flow='trades'] .stage").text
+            == "stream"
+        )
+    )
+    changes = (
+        read(spark, ControlTables(settings.warehouse).stage_changes)
+        .where(F.col("flow") == FLOW.name)
+        .orderBy(F.col("changed_at").desc())
+        .first()
+    )
+    assert (changes["from_stage"], changes["to_stage"], changes["changed_by"]) == (
+        "shadow",
+        "stream",
+        USER,
+    )
+    assert changes["reason"] == "three clean days" and not changes["forced"]
+    assert json.loads(changes["evidence"])["window"] == 3
+    assert _shown(browser) == _expected(spark, settings)
+    browser.save_screenshot(str(tmp_path / "migration-page-promoted.png"))
+
+
+def _status(
+    url: str, token: str | None = None, method: str = "GET", body: Any = None
+) -> tuple[int, Any]:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode() if body is not None else None, method=method
+    )
+    request.add_header("Content-Type", "application/json")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            return resp.status, json.loads(resp.read().decode() or "null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read().decode() or "null")
+
+
+def test_the_page_api_needs_an_airflow_user_and_the_api_server_runs_no_jvm(airflow_stack) -> None:  # type: ignore[no-untyped-def]
+    settings, client = airflow_stack
+    airflow = LocalAirflow(settings)
+    flows = f"{airflow.url}/streamshift/api/flows"
+    assert _status(flows)[0] == 401
+    assert _status(f"{airflow.url}/streamshift/migration")[0] == 401
+    assert _status(f"{airflow.url}/streamshift/reports/trades/{DAYS[0]}")[0] == 401
+    assert _status(flows, token="not-a-token")[0] == 403
+    status, body = _status(flows, token=client.token())
+    assert status == 200 and [f["flow"] for f in body] == ["trades"]
+    assert body[0]["stage"] == current_stage(settings, "trades")
+
+    # A viewer sees the page but may not promote (it may not trigger streamshift_promote).
+    viewer = airflow.client(VIEWER)
+    assert _status(flows, token=viewer.token())[0] == 200
+    status, body = _status(
+        f"{airflow.url}/streamshift/api/flows/trades/promote",
+        token=viewer.token(),
+        method="POST",
+        body={"to": "kappa"},
+    )
+    assert status == 403 and "may not trigger streamshift_promote" in body["detail"]
+
+    # Serving all of that started no JVM under the API server.
+    api_server = json.loads((settings.airflow_home / "pids.json").read_text())["api-server"]
+    tree = _process_tree(api_server)
+    commands = {pid: _cmdline(pid) for pid in tree}
+    assert "airflow" in commands[api_server] and "api" in commands[api_server]
+    assert not [c for c in commands.values() if "java" in c or "spark" in c], commands
+    for pid in tree:
+        assert "libjvm" not in Path(f"/proc/{pid}/maps").read_text(), commands[pid]
+
+
+def _cmdline(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+def _process_tree(root: int) -> list[int]:
+    """``root`` and all its living descendants (from each process's parent pid)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+    tree, frontier = [root], [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent]
+        tree += children
+        frontier += children
+    return tree
+
+
+def test_promote_dag_refuses_like_the_cli(airflow_stack) -> None:  # type: ignore[no-untyped-def]
+    """Triggered directly (not from the page), the DAG's gate task fails with the gate's words."""
+    settings, client = airflow_stack
+    now = current_stage(settings, "trades")
+    run_id = f"same-stage-{time.time_ns()}"
+    client.trigger("streamshift_promote", {"flow": "trades", "to": now}, run_id=run_id)
+    run = client.wait_for_run("streamshift_promote", run_id, timeout=300, progress=False)
+    states = client.task_states("streamshift_promote", run_id)
+    assert run["state"] == "failed"
+    assert states["check_gate"] == "failed" and states["record_promotion"] == "upstream_failed"
+    assert current_stage(settings, "trades") == now
