@@ -99,3 +99,19 @@ def state(spark, target: Target, state_columns: list[str]) -> dict[str, Any]:  #
             (tuple(r) for r in read(spark, t.view("positions")).collect()), key=repr
         ),
     }
+
+
+def drain(spark, settings: Settings, topic: str, layer: str = "stream"):  # type: ignore[no-untyped-def]
+    """Run the flow's stream on ``topic`` until it has read everything there (available-now)."""
+    from streamshift.jobs.stream import run_stream
+
+    return run_stream(
+        spark,
+        settings,
+        FLOW,
+        layer,
+        available_now=True,
+        topic=topic,
+        handle_signals=False,
+        echo=False,
+    )

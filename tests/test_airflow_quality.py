@@ -8,7 +8,9 @@ import csv
 import datetime as dt
 import json
 import re
+import urllib.request
 from pathlib import Path
+from urllib.parse import urljoin
 
 import pytest
 
@@ -34,7 +36,7 @@ def _edit_first_new_trade(path: Path, **values: str) -> str:
 
 
 def test_warn_goes_on_and_fail_stops_the_eod_run(airflow_stack) -> None:  # type: ignore[no-untyped-def]
-    settings, _client = airflow_stack
+    settings, client = airflow_stack
 
     # warn: an implausible price (policy warn in trades.raw and trades.current).
     files = land_day(settings, WARN_DAY, trades=60)
@@ -72,3 +74,24 @@ def test_warn_goes_on_and_fail_stops_the_eod_run(airflow_stack) -> None:  # type
     )
     report = json.loads((settings.reports / "trades" / str(FAIL_DAY) / "report.json").read_text())
     assert report["quality"]["counts"]["fail"] >= 1
+
+    # The Migration page and the report link to the day's Data Docs, served by the plugin.
+    stack_url = f"http://127.0.0.1:{settings.airflow_port}"
+    flows = _get(f"{stack_url}/streamshift/api/flows", client.token())
+    quality = json.loads(flows)[0]["quality"]
+    assert quality["business_date"] == str(FAIL_DAY) and quality["counts"]["fail"] >= 1
+    for href in quality["data_docs"].values():
+        assert "<html" in _get(f"{stack_url}/streamshift/{href}", client.token()).lower()
+    report_url = f"{stack_url}/streamshift/reports/trades/{FAIL_DAY}"
+    report_html = _get(report_url, client.token())
+    links = re.findall(r"href='(\.\./\.\./data_docs/[^']+)'", report_html)
+    assert links
+    for link in links:
+        assert "<html" in _get(urljoin(report_url, link), client.token()).lower()
+
+
+def _get(url: str, token: str) -> str:
+    request = urllib.request.Request(url)
+    request.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(request, timeout=60) as resp:
+        return str(resp.read().decode())

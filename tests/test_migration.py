@@ -23,12 +23,11 @@ from streamshift.control.serving import serving_view_rows
 from streamshift.control.stages import PromotionRefused, promote
 from streamshift.jobs.eod import run_eod
 from streamshift.jobs.reconcile import eod_correct, reconcile_date
-from streamshift.jobs.stream import run_stream
 from streamshift.read import tables as jvm_free
 from streamshift.read.control import current_stage
 from streamshift.sources.produce import produce_rows, read_rows
 from streamshift.write.target import Target, read
-from tests.stream_support import isolated, new_topic
+from tests.stream_support import drain, isolated, new_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
@@ -38,19 +37,6 @@ DAYS = [dt.date(2026, 11, 2) + dt.timedelta(days=i) for i in range(9)]  # day 1 
 def _key(date: dt.date, book: str, instrument: str) -> str:
     return json.dumps(
         {"business_date": str(date), "book": book, "instrument": instrument}, separators=(",", ":")
-    )
-
-
-def _stream(spark, settings, topic: str):  # type: ignore[no-untyped-def]
-    return run_stream(
-        spark,
-        settings,
-        FLOW,
-        "stream",
-        available_now=True,
-        topic=topic,
-        handle_signals=False,
-        echo=False,
     )
 
 
@@ -90,7 +76,7 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
         if d == gap_day:
             missed, rows = rows[:2], rows[2:]
         produce_rows(settings, FLOW, rows, topic=topic, progress=False)
-    _stream(spark, settings, topic)
+    drain(spark, settings, topic)
 
     def eod_day(d: dt.date):  # type: ignore[no-untyped-def]
         run_eod(spark, batch, d, files[d].eod)
@@ -137,7 +123,7 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
         topic=topic,
         progress=False,
     )
-    _stream(spark, settings, topic)
+    drain(spark, settings, topic)
     final = {r["trade_id"]: r for r in eod_rows}
     final.update({r["trade_id"]: r for r in corrections})
     eod_file = tmp_path / f"trades_final_{d9}.csv"

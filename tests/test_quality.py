@@ -105,7 +105,7 @@ def test_suites_pass_on_clean_days_and_name_what_breaks(spark, settings, tmp_pat
     assert verdicts[("trades.raw", "books_known")] == "FAIL"
     assert verdicts[("trades.quarantine", "quarantine_share_below_threshold")] == "FAIL"
     assert verdicts[("trades.current", "one_row_per_trade")] == "pass"
-    books = next(c for c in run.checks if c.expectation == "books_known")
+    books = next(c for c in run.checks if (c.suite, c.expectation) == ("trades.raw", "books_known"))
     assert "NO-SUCH-BOOK" in books.observed and "1 of 40" in books.observed
     line = run.failure_line()
     assert "trades.raw books_known: observed 1 of 40 unexpected" in line
@@ -154,10 +154,9 @@ def test_suites_pass_on_clean_days_and_name_what_breaks(spark, settings, tmp_pat
 def test_sampled_stream_batches_show_in_status_and_a_failing_one_does_not_stop_the_stream(  # type: ignore[no-untyped-def]
     spark, kafka_settings, tmp_path
 ) -> None:
-    from streamshift.jobs.stream import run_stream
     from streamshift.sources.produce import produce_rows, read_rows
     from tests.cli_support import run_cli
-    from tests.stream_support import new_topic
+    from tests.stream_support import drain, new_topic
 
     s = isolated(
         kafka_settings, tmp_path / "home", stream_quality_every=1, max_offsets_per_trigger=10
@@ -169,16 +168,7 @@ def test_sampled_stream_batches_show_in_status_and_a_failing_one_does_not_stop_t
 
     def stream(part: list[dict[str, str]]) -> None:
         produce_rows(s, FLOW, part, topic=topic, progress=False)
-        run_stream(
-            spark,
-            s,
-            FLOW,
-            "stream",
-            available_now=True,
-            topic=topic,
-            handle_signals=False,
-            echo=False,
-        )
+        drain(spark, s, topic)
 
     stream(rows[:20])  # clean batches
     stream(rows[20:25])  # one batch, with a book nobody knows: its sample fails

@@ -10,11 +10,10 @@ import pytest
 from flows.trades import FLOW
 from flows.trades.generate import generate_day
 from streamshift.jobs.replay import ReplayRefused, replay
-from streamshift.jobs.stream import run_stream
 from streamshift.sources.kafka import admin_client
 from streamshift.sources.produce import produce_rows
 from streamshift.write.target import Target
-from tests.stream_support import isolated, new_topic, shuffled_day, state
+from tests.stream_support import drain, isolated, new_topic, shuffled_day, state
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
@@ -35,16 +34,7 @@ def test_replay_reproduces_the_stream_layer_and_refuses_a_range_past_retention( 
     time.sleep(1.5)
     produce_rows(settings, FLOW, rows[200:], topic=topic, progress=False)
     after = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)
-    run_stream(
-        spark,
-        settings,
-        FLOW,
-        "stream",
-        available_now=True,
-        topic=topic,
-        handle_signals=False,
-        echo=False,
-    )
+    drain(spark, settings, topic)
 
     # The range [middle, after) alone holds exactly the later events.
     part = replay(spark, settings, FLOW, middle, after, "batch", topic=topic)

@@ -11,12 +11,19 @@ import pytest
 from flows.trades import FLOW
 from flows.trades.generate import generate_day
 from streamshift.jobs.eod import run_eod
-from streamshift.jobs.stream import run_stream
 from streamshift.sources.events import UNDECODABLE_RULES, dlq_topic, encode_event
 from streamshift.sources.kafka import ensure_topic, producer_config
 from streamshift.sources.produce import produce_rows, read_rows
 from streamshift.write.target import Target, read
-from tests.stream_support import csv_rows, isolated, new_topic, oracle, shuffled_day, state
+from tests.stream_support import (
+    csv_rows,
+    drain,
+    isolated,
+    new_topic,
+    oracle,
+    shuffled_day,
+    state,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
@@ -73,16 +80,7 @@ def test_stream_and_eod_batch_reach_the_same_state(spark, kafka_settings, day, t
     sent = produce_rows(settings, FLOW, rows, topic=topic, progress=False)
     assert sent.acknowledged == len(rows) and sent.failed == 0
 
-    run = run_stream(
-        spark,
-        settings,
-        FLOW,
-        "stream",
-        available_now=True,
-        topic=topic,
-        handle_signals=False,
-        echo=False,
-    )
+    run = drain(spark, settings, topic)
     assert run.totals.batches >= 3  # maxOffsetsPerTrigger split the topic
     assert run.totals.received == len(rows)
 
@@ -109,16 +107,7 @@ def test_stream_and_eod_batch_reach_the_same_state(spark, kafka_settings, day, t
     assert batches[-1]["lag"] == 0 and all(b["accepted"] is not None for b in batches)
 
     # A second run finds nothing new and changes nothing.
-    again = run_stream(
-        spark,
-        settings,
-        FLOW,
-        "stream",
-        available_now=True,
-        topic=topic,
-        handle_signals=False,
-        echo=False,
-    )
+    again = drain(spark, settings, topic)
     assert again.totals.received == 0
     assert state(spark, stream, columns) == got_stream
 
@@ -175,16 +164,7 @@ def test_poison_messages_are_quarantined_and_undecodable_ones_dead_lettered(  # 
         messages.insert(rng.randrange(len(messages) + 1), (key, value))
     _send_raw(settings, topic, messages)
 
-    run = run_stream(
-        spark,
-        settings,
-        FLOW,
-        "stream",
-        available_now=True,
-        topic=topic,
-        handle_signals=False,
-        echo=False,
-    )
+    run = drain(spark, settings, topic)
     n_dlq = sum(1 for kind, _, _ in poison if kind == "dlq")
     n_rule = sum(1 for kind, _, _ in poison if kind == "quarantine")
     assert run.totals.received == len(messages)
@@ -226,16 +206,7 @@ def test_poison_messages_are_quarantined_and_undecodable_ones_dead_lettered(  # 
     from streamshift.jobs.stream import checkpoint_path
 
     shutil.rmtree(checkpoint_path(settings, FLOW, "stream"))
-    run_stream(
-        spark,
-        settings,
-        FLOW,
-        "stream",
-        available_now=True,
-        topic=topic,
-        handle_signals=False,
-        echo=False,
-    )
+    drain(spark, settings, topic)
     assert read(spark, target.tables.quarantine).count() == len(quarantine)
     assert len(_consume_all(settings, dlq_topic(topic))) == n_dlq
 
@@ -247,16 +218,7 @@ def test_late_events_for_a_closed_date_are_recorded_and_change_its_positions(  #
     topic = new_topic()
     eod_rows = read_rows(day.eod, FLOW)
     produce_rows(settings, FLOW, eod_rows, topic=topic, progress=False)
-    run_stream(
-        spark,
-        settings,
-        FLOW,
-        "stream",
-        available_now=True,
-        topic=topic,
-        handle_signals=False,
-        echo=False,
-    )
+    drain(spark, settings, topic)
     stream = Target.open(spark, settings, FLOW, "stream")
     before = state(spark, stream, ["trade_id", "version"])["positions"]
     assert read(spark, stream.tables.late_events).count() == 0
@@ -265,16 +227,7 @@ def test_late_events_for_a_closed_date_are_recorded_and_change_its_positions(  #
     run_eod(spark, Target.open(spark, settings, FLOW, "batch"), DAY, day.eod)
     late_rows = read_rows(day.late, FLOW)
     produce_rows(settings, FLOW, late_rows, topic=topic, progress=False)
-    run = run_stream(
-        spark,
-        settings,
-        FLOW,
-        "stream",
-        available_now=True,
-        topic=topic,
-        handle_signals=False,
-        echo=False,
-    )
+    run = drain(spark, settings, topic)
     assert run.totals.late == len(late_rows)
 
     late = read(spark, stream.tables.late_events).collect()

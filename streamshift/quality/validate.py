@@ -106,8 +106,7 @@ def dataset_frame(
         from streamshift.sources.eodread import read_eod_file
 
         layout = check_file(file, flow, whole_day=False)
-        raw = read_eod_file(spark, file, flow, layout)
-        return raw.select(*[F.col(f.name).try_cast(f.dataType).alias(f.name) for f in flow.schema])
+        return typed(flow, read_eod_file(spark, file, flow, layout))
     if dataset == "quarantine":
         return _on(
             target.table("quarantine").where(F.col("flow") == flow.name), "business_date", day
@@ -115,6 +114,12 @@ def dataset_frame(
     if dataset == "current" or dataset in {v.name for v in flow.views}:
         return _on(target.table(dataset), flow.business_date, day)
     raise QualityError(f"suite {flow.name}.{dataset} names no dataset of flow {flow.name}")
+
+
+def typed(flow: Flow, raw: DataFrame, *keep: str) -> DataFrame:
+    """Raw-form rows (flow columns as text) with the flow's types; unparseable values null."""
+    columns = [F.col(f.name).try_cast(f.dataType).alias(f.name) for f in flow.schema]
+    return raw.select(*columns, *keep)
 
 
 def _median_rows(
@@ -160,7 +165,7 @@ def parameters(
 ) -> dict[str, Any]:
     """The expectation parameters of one suite for one date (see the module doc)."""
     params: dict[str, Any] = _known_values(target.flow)
-    band = float(suite_meta.get("row_count_band", 0.5))
+    band = float(suite_meta.get("row_count_band", 0.3))
     median = _median_rows(spark, target, dataset, day, int(suite_meta.get("row_count_history", 10)))
     params["rows_low"] = 0 if median is None else int(median * (1 - band))
     params["rows_high"] = None if median is None else int(median * (1 + band)) + 1
@@ -191,6 +196,12 @@ def _observed(result: dict[str, Any]) -> str:
 
 
 def _threshold(kind: str, kwargs: dict[str, Any]) -> str:
+    mostly = kwargs.get("mostly")
+    text = _bounds(kind, kwargs)
+    return f"{text} (≥ {mostly:.0%} of rows)" if mostly is not None and mostly < 1 else text
+
+
+def _bounds(kind: str, kwargs: dict[str, Any]) -> str:
     if "value_set" in kwargs:
         values = kwargs["value_set"] or []
         return f"one of {len(values)} known values"
@@ -361,7 +372,11 @@ def sample_batch(
 
     started = dt.datetime.now(dt.UTC)
     try:
-        rows = latest_per_key(flow, decoded.where(F.col(MALFORMED).isNull()))
+        from streamshift.core.contract import SOURCE_REF
+
+        rows = latest_per_key(
+            flow, typed(flow, decoded.where(F.col(MALFORMED).isNull()), SOURCE_REF)
+        )
         params = {**_known_values(flow), "rows_low": 0, "rows_high": None}
         run = validate_frames(
             settings, flow, started.date(), layer, {"current": (rows, params)}, build_docs=False
