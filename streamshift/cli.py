@@ -162,9 +162,11 @@ def _cmd_stage(args: argparse.Namespace) -> int:
     evidence = promotion_evidence(settings, flow)
     print(f"promotion evidence (last {evidence.window} reconciled dates, stream vs batch):")
     for d in evidence.dates:
+        quality = d.get("quality_failures")
         print(
             f"    {d['business_date']}  {'clean' if d['clean'] else str(d['breaks']) + ' breaks'}"
             f"  (run {d['run_id']})"
+            + (f"; data quality failed: {', '.join(quality)}" if quality else "")
         )
     for problem in evidence.problems():
         print(f"    not enough: {problem}")
@@ -409,7 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
         "show",
         help="print a view, the current state or the quarantine",
         description="Print a view (e.g. positions), the current state (--view current) or the "
-        "quarantine (--view quarantine) of one layer, optionally for one business date.",
+        "quarantine (--view quarantine) of one layer, optionally for one business date. "
+        "Reads the Delta tables through deltalake: no Spark, no JVM.",
     )
     p.add_argument("--flow", required=True)
     p.add_argument("--view", required=True, help="a view name, current, quarantine, late_events")
@@ -506,7 +509,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(handler=_cmd_reconcile)
 
-    p = sub.add_parser("stage", help="show a flow's migration stage, evidence and history")
+    p = sub.add_parser(
+        "stage",
+        help="show a flow's migration stage, evidence and history",
+        description="The flow's stage, the promotion evidence (the last N reconciled dates, "
+        "stream vs batch, and data quality when STREAMSHIFT_PROMOTION_QUALITY_SUITES is set) "
+        "and every recorded stage change. Reads without Spark.",
+    )
     p.add_argument("--flow", required=True)
     p.set_defaults(handler=_cmd_stage)
 

@@ -50,6 +50,12 @@ VIEWER = "viewer"  # read-only: sees the DAGs and the Migration page, cannot tri
 USERS = {USER: "admin", VIEWER: "viewer"}  # user -> SimpleAuthManager role
 
 
+# SQLite allows one writer at a time; the scheduler, the API server, task processes and CLI
+# calls (``backfill create``) all write. Wait for the lock up to a minute instead of sqlite's
+# default 5 s, which under load failed a backfill with "database is locked".
+SQLITE_CONNECT_ARGS = {"timeout": 60}
+
+
 class AirflowError(StreamshiftError):
     """The local Airflow could not be started, reached or used."""
 
@@ -94,6 +100,8 @@ def airflow_env(
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": f"{__name__}.SQLITE_CONNECT_ARGS",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": f"{__name__}.SQLITE_CONNECT_ARGS",
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(port),
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",

@@ -255,8 +255,9 @@ one is recorded), **write_report** and **publish_summary** (XCom + one line in t
         )
 
         @task(
-            # Also after a failed quality check: the report shows it.
-            trigger_rule=TriggerRule.ONE_DONE,
+            # Also after a failed quality check (the report shows it); not when resolve_inputs,
+            # its other upstream, failed (bad params: nothing to report on).
+            trigger_rule=TriggerRule.ALL_DONE_MIN_ONE_SUCCESS,
             doc_md="Write the day's HTML and JSON report (reads without Spark: no spark-submit).",
         )
         def write_report(resolved: dict[str, Any]) -> str:
