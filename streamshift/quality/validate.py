@@ -125,22 +125,28 @@ def typed(flow: Flow, raw: DataFrame, *keep: str) -> DataFrame:
 def _median_rows(
     spark: SparkSession, target: Target, dataset: str, day: dt.date, history: int
 ) -> float | None:
-    """Median row count of the dataset over the ``history`` most recent dates before ``day``."""
+    """Median row count of the dataset over the ``history`` most recent dates before ``day``
+    (looking back 3 calendar days per date wanted, so Delta prunes partitions)."""
     flow = target.flow
-    if dataset == "raw":  # the files as received, from the EOD runs
-        from streamshift.core.catalog import EOD_RUNS_SCHEMA
-        from streamshift.write.target import read_or_empty
+    since = day - dt.timedelta(days=3 * history)
+    if dataset == "raw":  # the files as received: the EOD runs' counts (read without Spark)
+        from streamshift.read.tables import rows
 
-        runs = read_or_empty(spark, target.tables.eod_runs, EOD_RUNS_SCHEMA)
-        runs = runs.where(F.col("flow") == flow.name)
-        per_day = runs.groupBy("business_date").agg(F.max("received").alias("n"))
-        bd = "business_date"
+        runs = rows(
+            target.tables.eod_runs,
+            ["business_date", "received"],
+            [("flow", "=", flow.name), ("business_date", "<", day), ("business_date", ">=", since)],
+        )
+        per_day: dict[dt.date, int] = {}
+        for r in runs:
+            per_day[r["business_date"]] = max(per_day.get(r["business_date"], 0), r["received"])
+        counts = [per_day[d] for d in sorted(per_day, reverse=True)[:history]]
     else:
+        bd = F.col(flow.business_date)
         frame = target.table("current" if dataset == "current" else dataset)
-        bd = flow.business_date
-        per_day = frame.groupBy(bd).count().withColumnRenamed("count", "n")
-    recent = per_day.where(F.col(bd) < F.lit(day)).orderBy(F.col(bd).desc()).limit(history)
-    counts = [int(r["n"]) for r in recent.collect()]
+        recent = frame.where((bd < F.lit(day)) & (bd >= F.lit(since))).groupBy(bd).count()
+        found = {r[0]: int(r["count"]) for r in recent.collect()}
+        counts = [found[d] for d in sorted(found, reverse=True)[:history]]
     return statistics.median(counts) if counts else None
 
 
@@ -154,25 +160,66 @@ def _known_values(flow: Flow) -> dict[str, list[str]]:
     return out
 
 
+def referenced(document: dict[str, Any]) -> set[str]:
+    """The expectation parameters (``{"$PARAMETER": name}``) a suite document uses."""
+    names: set[str] = set()
+    for expectation in document["expectations"]:
+        for value in expectation["kwargs"].values():
+            if isinstance(value, dict) and "$PARAMETER" in value:
+                names.add(value["$PARAMETER"])
+    return names
+
+
+class DayFacts:
+    """Counts of the date several suites' parameters need, each computed once."""
+
+    def __init__(self, current: DataFrame, quarantine: DataFrame):
+        self._current, self._quarantine = current, quarantine
+        self._counts: dict[str, int] = {}
+
+    def _count(self, name: str, frame: DataFrame) -> int:
+        if name not in self._counts:
+            self._counts[name] = frame.count()
+        return self._counts[name]
+
+    @property
+    def current_rows(self) -> int:
+        return self._count("current", self._current)
+
+    @property
+    def live_rows(self) -> int:
+        return self._count("live", self._current.where(~F.col(IS_DELETED)))
+
+    @property
+    def quarantined_rows(self) -> int:
+        return self._count("quarantine", self._quarantine)
+
+
 def parameters(
     spark: SparkSession,
     target: Target,
-    suite_meta: dict[str, Any],
+    document: dict[str, Any],
     dataset: str,
     day: dt.date,
-    current: DataFrame,
-    quarantined: int,
+    facts: DayFacts,
 ) -> dict[str, Any]:
-    """The expectation parameters of one suite for one date (see the module doc)."""
-    params: dict[str, Any] = _known_values(target.flow)
-    band = float(suite_meta.get("row_count_band", 0.3))
-    median = _median_rows(spark, target, dataset, day, int(suite_meta.get("row_count_history", 10)))
-    params["rows_low"] = 0 if median is None else int(median * (1 - band))
-    params["rows_high"] = None if median is None else int(median * (1 + band)) + 1
-    live = current.where(~F.col(IS_DELETED)).count()
-    params["live_rows"] = live
-    share = float(suite_meta.get("quarantine_max_share", 0.05))
-    params["quarantine_max_rows"] = int(share * (current.count() + quarantined))
+    """The expectation parameters one suite uses for one date (see the module doc); only
+    those its expectations reference are computed."""
+    wanted = referenced(document)
+    meta = document.get("meta", {}).get("streamshift", {})
+    params: dict[str, Any] = {k: v for k, v in _known_values(target.flow).items() if k in wanted}
+    if wanted & {"rows_low", "rows_high"}:
+        band = float(meta.get("row_count_band", 0.3))
+        history = int(meta.get("row_count_history", 10))
+        median = _median_rows(spark, target, dataset, day, history)
+        params["rows_low"] = 0 if median is None else int(median * (1 - band))
+        params["rows_high"] = None if median is None else int(median * (1 + band)) + 1
+    if "live_rows" in wanted:
+        params["live_rows"] = facts.live_rows
+    if "quarantine_max_rows" in wanted:
+        share = float(meta.get("quarantine_max_share", 0.05))
+        seen = facts.current_rows + facts.quarantined_rows
+        params["quarantine_max_rows"] = int(share * seen)
     return params
 
 
@@ -340,7 +387,7 @@ def run_quality(
     current = current.persist()
     quarantine = dataset_frame(spark, target, "quarantine", day, None)
     assert quarantine is not None
-    quarantined = quarantine.count()
+    facts = DayFacts(current, quarantine)
     frames: dict[str, tuple[DataFrame, dict[str, Any]]] = {}
     for dataset in wanted:
         frame = (
@@ -349,8 +396,8 @@ def run_quality(
         if frame is None:
             _say(f"no EOD file given: {flow.name}.{dataset} not validated")
             continue
-        meta = suite_document(f"{flow.name}.{dataset}").get("meta", {}).get("streamshift", {})
-        params = parameters(spark, target, meta, dataset, day, current, quarantined)
+        document = suite_document(f"{flow.name}.{dataset}")
+        params = parameters(spark, target, document, dataset, day, facts)
         frames[dataset] = (frame if dataset == "current" else frame.persist(), params)
     try:
         run = validate_frames(settings, flow, day, layer, frames)
