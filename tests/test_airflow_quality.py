@@ -9,6 +9,7 @@ import datetime as dt
 import json
 import re
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urljoin
 
@@ -38,10 +39,19 @@ def _edit_first_new_trade(path: Path, **values: str) -> str:
 def test_warn_goes_on_and_fail_stops_the_eod_run(airflow_stack) -> None:  # type: ignore[no-untyped-def]
     settings, client = airflow_stack
 
-    # warn: an implausible price (policy warn in trades.raw and trades.current).
-    files = land_day(settings, WARN_DAY, trades=60)
-    _edit_first_new_trade(files.eod, price="2500000.00")
-    warned = dag_test(settings, "eod_trades", f"{WARN_DAY}T22:00:00+00:00", {})
+    # warn: an implausible price (policy warn in trades.raw and trades.current); fail: a book
+    # nobody knows (policy fail in trades.raw). The two runs go side by side.
+    warn_files = land_day(settings, WARN_DAY, trades=60)
+    _edit_first_new_trade(warn_files.eod, price="2500000.00")
+    fail_files = land_day(settings, FAIL_DAY, trades=60)
+    _edit_first_new_trade(fail_files.eod, book="NO-SUCH-BOOK")
+    with ThreadPoolExecutor(2) as pool:
+        runs = [
+            pool.submit(dag_test, settings, "eod_trades", f"{day}T22:00:00+00:00", {})
+            for day in (WARN_DAY, FAIL_DAY)
+        ]
+        warned, failed = (r.result() for r in runs)
+
     assert warned["state"] == "success", warned["output"][-4000:]
     assert warned["tasks"]["data_quality"] == "success"
     assert warned["tasks"]["publish_summary"] == "success"
@@ -58,10 +68,6 @@ def test_warn_goes_on_and_fail_stops_the_eod_run(airflow_stack) -> None:  # type
     assert checks[("trades.raw", "price_plausible")]["policy"] == "warn"
     assert all(r["success"] for r in checks.values() if r["policy"] == "fail")
 
-    # fail: a book nobody knows (policy fail in trades.raw).
-    files = land_day(settings, FAIL_DAY, trades=60)
-    _edit_first_new_trade(files.eod, book="NO-SUCH-BOOK")
-    failed = dag_test(settings, "eod_trades", f"{FAIL_DAY}T22:00:00+00:00", {})
     assert failed["state"] == "failed", failed["output"][-4000:]
     assert failed["tasks"]["data_quality"] == "failed"
     assert failed["tasks"]["write_report"] == "success"  # the report shows the failure
