@@ -130,6 +130,19 @@ def _svg(fig) -> str:  # type: ignore[no-untyped-def]
     return text[text.index("<svg") :]
 
 
+def _words(text: str) -> str:
+    """A chart with nothing to draw: its message in words, one line high (no empty axes)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 0.45))
+    ax.text(0.0, 0.5, text, ha="left", va="center", transform=ax.transAxes, color="#666")
+    ax.set_axis_off()
+    return _svg(fig)
+
+
 def _bar(
     labels: list[str],
     values: list[float],
@@ -145,11 +158,10 @@ def _bar(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, max(2.2, 0.3 * len(labels)) if horizontal else 2.8))
     if not labels or not any(values):
-        ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes, fontsize=12)
-        ax.set_axis_off()
-    elif horizontal:
+        return _words(empty)
+    fig, ax = plt.subplots(figsize=(7, max(2.2, 0.3 * len(labels)) if horizontal else 2.8))
+    if horizontal:
         ax.barh(labels, values, color=colors or "#4c72b0")
         ax.invert_yaxis()
     else:
@@ -165,15 +177,12 @@ def _lines(progress: list[dict[str, Any]], window: str) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if not progress:
+        return _words("no stream batches on this date")
     fig, (lag_ax, dur_ax) = plt.subplots(2, 1, figsize=(7, 4), sharex=True)
-    if progress:
-        times = [dt.datetime.fromisoformat(p["timestamp"]) for p in progress]
-        lag_ax.plot(times, [p["lag"] or 0 for p in progress], color="#c44e52")
-        dur_ax.plot(times, [p["duration_s"] for p in progress], color="#55a868")
-    else:
-        lag_ax.text(
-            0.5, 0.5, "no stream batches on this date", ha="center", transform=lag_ax.transAxes
-        )
+    times = [dt.datetime.fromisoformat(p["timestamp"]) for p in progress]
+    lag_ax.plot(times, [p["lag"] or 0 for p in progress], color="#c44e52")
+    dur_ax.plot(times, [p["duration_s"] for p in progress], color="#55a868")
     lag_ax.set_ylabel("lag (events)")
     dur_ax.set_ylabel("batch duration (s)")
     lag_ax.set_title(f"stream lag and micro-batch duration: {window}", fontsize=10)
@@ -210,9 +219,13 @@ def _quality_html(quality: dict[str, Any]) -> str:
         f"<p class='quality'><b class='q-pass'>{counts['pass']}</b> pass · "
         f"<b class='q-warn'>{counts['warn']}</b> warn · <b class='q-fail'>{counts['fail']}</b> "
         f"fail</p>"
-        + _table(
-            quality["not_passed"],
-            ["suite", "layer", "expectation", "policy", "observed", "threshold"],
+        + (
+            _table(
+                quality["not_passed"],
+                ["suite", "layer", "expectation", "policy", "observed", "threshold"],
+            )
+            if quality["not_passed"]
+            else "<p class='none'>every check passed</p>"
         )
         + f"<p>Data Docs: {links} · <a href='../../data_docs/index.html'>all runs</a></p>"
     )
@@ -278,7 +291,7 @@ figure.chart svg {{ max-width: 100%; height: auto; }}
 <p>stage <b>{html.escape(data["stage"])}</b> · generated {data["generated_at"]}</p>
 <h2>Reconciliation</h2>
 <p class="verdict">{html.escape(verdict)}</p>
-{_table(recs, ["recon", "left_side", "right_side", "left_rows", "right_rows", "missing_left", "missing_right", "value_mismatch", "run_id"])}
+{"" if not recs else _table(recs, ["recon", "left_side", "right_side", "left_rows", "right_rows", "missing_left", "missing_right", "value_mismatch", "run_id"])}
 {figure("breaks by kind")}
 <h3>Worst breaks</h3>
 {_table(data["worst_breaks"], ["recon", "kind", "key", "column", "left_value", "right_value", "difference"])}
