@@ -160,6 +160,51 @@ def _known_values(flow: Flow) -> dict[str, list[str]]:
     return out
 
 
+def _last_commit(path: str) -> tuple[int, int] | None:
+    """(version, commit timestamp in ms) of the table's last commit; None when never written."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        history = DeltaTable(path).history(1)
+    except TableNotFoundError:
+        return None
+    return (int(history[0]["version"]), int(history[0]["timestamp"])) if history else None
+
+
+def view_pair(
+    spark: SparkSession, target: Target, view: str, day: dt.date
+) -> tuple[DataFrame, DataFrame]:
+    """The date's rows of a view and of current state, as one consistent pair.
+
+    A writer commits current state, then the views it touched. While a stream writes, the
+    latest current state can be a batch ahead of the latest view. So the view is read at its
+    last commit, and current state as of that commit's time: the state the view was
+    computed from.
+    """
+    bd = target.flow.business_date
+    view_path, current_path = target.tables.view(view), target.tables.current
+    view_last, current_last = _last_commit(view_path), _last_commit(current_path)
+    if view_last is None or current_last is None:
+        return _on(target.table(view), bd, day), _on(target.table("current"), bd, day)
+    version = current_last[0]
+    if view_last[1] < current_last[1]:  # current state moved on after the view's last commit
+        version = _version_at(current_path, view_last[1])
+    pinned_view = spark.read.format("delta").option("versionAsOf", view_last[0]).load(view_path)
+    current = spark.read.format("delta").option("versionAsOf", version).load(current_path)
+    return _on(pinned_view, bd, day), _on(current, bd, day)
+
+
+def _version_at(path: str, at_ms: int, look_back: int = 100) -> int:
+    """The table's last version committed at or before ``at_ms`` (commit info timestamps, the
+    clock the view's commit was stamped with)."""
+    from deltalake import DeltaTable
+
+    history = DeltaTable(path).history(look_back)
+    before = [int(h["version"]) for h in history if int(h["timestamp"]) <= at_ms]
+    return max(before) if before else min(int(h["version"]) for h in history)
+
+
 def referenced(document: dict[str, Any]) -> set[str]:
     """The expectation parameters (``{"$PARAMETER": name}``) a suite document uses."""
     names: set[str] = set()
@@ -202,9 +247,11 @@ def parameters(
     dataset: str,
     day: dt.date,
     facts: DayFacts,
+    current_pair: DataFrame | None = None,
 ) -> dict[str, Any]:
     """The expectation parameters one suite uses for one date (see the module doc); only
-    those its expectations reference are computed."""
+    those its expectations reference are computed. ``current_pair``: for a view, the current
+    state it was computed from (:func:`view_pair`)."""
     wanted = referenced(document)
     meta = document.get("meta", {}).get("streamshift", {})
     params: dict[str, Any] = {k: v for k, v in _known_values(target.flow).items() if k in wanted}
@@ -215,7 +262,11 @@ def parameters(
         params["rows_low"] = 0 if median is None else int(median * (1 - band))
         params["rows_high"] = None if median is None else int(median * (1 + band)) + 1
     if "live_rows" in wanted:
-        params["live_rows"] = facts.live_rows
+        params["live_rows"] = (
+            facts.live_rows
+            if current_pair is None
+            else current_pair.where(~F.col(IS_DELETED)).count()
+        )
     if "quarantine_max_rows" in wanted:
         share = float(meta.get("quarantine_max_share", 0.05))
         seen = facts.current_rows + facts.quarantined_rows
@@ -389,15 +440,20 @@ def run_quality(
     assert quarantine is not None
     facts = DayFacts(current, quarantine)
     frames: dict[str, tuple[DataFrame, dict[str, Any]]] = {}
+    views = {v.name for v in flow.views}
     for dataset in wanted:
-        frame = (
-            current if dataset == "current" else dataset_frame(spark, target, dataset, day, file)
-        )
+        pair: DataFrame | None = None
+        if dataset == "current":
+            frame: DataFrame | None = current
+        elif dataset in views:
+            frame, pair = view_pair(spark, target, dataset, day)
+        else:
+            frame = dataset_frame(spark, target, dataset, day, file)
         if frame is None:
             _say(f"no EOD file given: {flow.name}.{dataset} not validated")
             continue
         document = suite_document(f"{flow.name}.{dataset}")
-        params = parameters(spark, target, document, dataset, day, facts)
+        params = parameters(spark, target, document, dataset, day, facts, pair)
         frames[dataset] = (frame if dataset == "current" else frame.persist(), params)
     try:
         run = validate_frames(settings, flow, day, layer, frames)
