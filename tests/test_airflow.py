@@ -151,23 +151,30 @@ def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stac
 
     client.trigger("eod_trades", {"business_date": str(REST_DAY)}, run_id="rest-day")
     # As a user backfills: `streamshift airflow cli backfill create ...` on the running stack.
-    done = run_cli(
-        settings.home,
-        "airflow",
-        "cli",
-        "backfill",
-        "create",
-        "--dag-id",
-        "eod_trades",
-        "--from-date",
-        str(BACKFILL_DAYS[0]),
-        "--to-date",
-        f"{BACKFILL_DAYS[-1]}T23:59:59+00:00",
-        timeout=300,
-        airflow_port=str(settings.airflow_port),
-        spark_master=settings.spark_master,
-        spark_shuffle_partitions=str(settings.spark_shuffle_partitions),
-    )
+    # The local stack's SQLite lets one writer in at a time; a transaction that must upgrade
+    # from reading to writing while the scheduler writes gets "database is locked" at once
+    # (the busy timeout cannot help it), and rolls back whole. Then the user runs it again.
+    for _attempt in range(3):
+        done = run_cli(
+            settings.home,
+            "airflow",
+            "cli",
+            "backfill",
+            "create",
+            "--dag-id",
+            "eod_trades",
+            "--from-date",
+            str(BACKFILL_DAYS[0]),
+            "--to-date",
+            f"{BACKFILL_DAYS[-1]}T23:59:59+00:00",
+            timeout=300,
+            airflow_port=str(settings.airflow_port),
+            spark_master=settings.spark_master,
+            spark_shuffle_partitions=str(settings.spark_shuffle_partitions),
+        )
+        if done.returncode == 0 or "database is locked" not in done.stderr:
+            break
+        time.sleep(5)
     assert done.returncode == 0, done.stderr[-3000:]
 
     run = client.wait_for_run("eod_trades", "rest-day", timeout=1200)
