@@ -15,6 +15,14 @@ for _name in [n for n in os.environ if n.startswith("STREAMSHIFT_") and n != "ST
 from streamshift.core.settings import Settings, load_settings
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``bin/test`` runs two workers, ``--dist loadgroup``) every test of
+    the shared Airflow stack runs in one worker, so the stack starts once."""
+    for item in items:
+        if "airflow_stack" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("airflow_stack"))
+
+
 @pytest.fixture(scope="session")
 def session_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("streamshift-home")
