@@ -50,6 +50,33 @@ def _cmd_kafka(args: argparse.Namespace) -> int:
     return 0
 
 
+def _known_flow(flow: str) -> str:
+    from streamshift.core.registry import flow_names
+
+    if flow not in flow_names():
+        raise UserError(f"unknown flow {flow!r}; flows: {', '.join(flow_names())}")
+    return flow
+
+
+def _cmd_topics(args: argparse.Namespace) -> int:
+    from confluent_kafka import KafkaException
+
+    from streamshift.core.registry import flow_names
+    from streamshift.sources.events import dlq_topic
+    from streamshift.sources.kafka import ensure_topic, unreachable
+
+    settings = load_settings()
+    for flow in args.flow or flow_names():
+        _known_flow(flow)
+        for topic in (flow, dlq_topic(flow)):
+            try:
+                created = ensure_topic(settings, topic)
+            except KafkaException as exc:
+                raise UserError(unreachable(settings, exc)) from None
+            print(f"{topic}: {'created' if created else 'exists'}")
+    return 0
+
+
 def _cmd_airflow(args: argparse.Namespace) -> int:
     from streamshift.local.airflow import USER, LocalAirflow, password
 
@@ -152,12 +179,9 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
 
 def _cmd_stage(args: argparse.Namespace) -> int:
     from streamshift.control.stages import promotion_evidence
-    from streamshift.core.registry import flow_names
     from streamshift.read.control import current_stage, stage_history
 
-    settings, flow = load_settings(), args.flow
-    if flow not in flow_names():
-        raise UserError(f"unknown flow {flow!r}; flows: {', '.join(flow_names())}")
+    settings, flow = load_settings(), _known_flow(args.flow)
     print(f"{flow}: stage {current_stage(settings, flow)}")
     evidence = promotion_evidence(settings, flow)
     print(f"promotion evidence (last {evidence.window} reconciled dates, stream vs batch):")
@@ -357,6 +381,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("action", choices=["start", "stop", "status"])
     p.set_defaults(handler=_cmd_kafka)
+
+    p = sub.add_parser(
+        "topics",
+        help="create each flow's Kafka topic and its dead-letter topic (idempotent)",
+        description="Create <flow> and <flow>.dlq on the brokers of "
+        "STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS, with STREAMSHIFT_KAFKA_TOPIC_PARTITIONS, "
+        "_REPLICATION_FACTOR and _RETENTION_MS; topics that exist are left as they are.",
+    )
+    p.add_argument("--flow", action="append", help="only this flow (repeatable; default: all)")
+    p.set_defaults(handler=_cmd_topics)
 
     p = sub.add_parser(
         "airflow",

@@ -10,7 +10,8 @@ from streamshift.core.settings import Settings
 def admin_client(settings: Settings):  # type: ignore[no-untyped-def]
     from confluent_kafka.admin import AdminClient
 
-    config: dict[str, Any] = dict(settings.kafka_client_config())
+    # Unreachable brokers surface as the caller's error, not as a log line every 50 ms.
+    config: dict[str, Any] = {**settings.kafka_client_config(), "log_level": 2}
     return AdminClient(config)
 
 
@@ -35,6 +36,14 @@ def ensure_topic(settings: Settings, name: str, partitions: int | None = None) -
             return False
         raise
     return True
+
+
+def unreachable(settings: Settings, exc: Exception) -> str:
+    """What to say when the brokers do not answer."""
+    return (
+        f"cannot reach Kafka at {settings.kafka_bootstrap_servers} ({exc.args[0]}); start the "
+        "local broker with `streamshift kafka start` or set STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS"
+    )
 
 
 def producer_config(settings: Settings) -> dict[str, object]:

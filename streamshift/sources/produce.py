@@ -17,7 +17,7 @@ from streamshift.core.errors import StreamshiftError
 from streamshift.core.flow import Flow
 from streamshift.sources.eodfile import check_file
 from streamshift.sources.events import encode_event, topic_for
-from streamshift.sources.kafka import ensure_topic, producer_config
+from streamshift.sources.kafka import ensure_topic, producer_config, unreachable
 
 if TYPE_CHECKING:
     from streamshift.core.settings import Settings
@@ -73,10 +73,7 @@ def produce_rows(
     try:
         ensure_topic(settings, topic)
     except KafkaException as exc:
-        raise ProduceError(
-            f"cannot reach Kafka at {settings.kafka_bootstrap_servers} ({exc.args[0]}); start the "
-            "local broker with `streamshift kafka start` or set STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS"
-        ) from None
+        raise ProduceError(unreachable(settings, exc)) from None
     result = ProduceResult(topic)
     producer = Producer(producer_config(settings))
 
