@@ -1,7 +1,7 @@
 """spark-submit entry point for EOD loads: the same arguments as `streamshift eod`.
 
     spark-submit $(streamshift spark-submit-args) spark_jobs/eod.py \\
-        --flow trades --date 2026-11-20 --file trades_eod_2026-11-20.csv [--replace]
+        --flow <flow> --date 2026-11-20 --file <flow>_eod_2026-11-20.csv [--replace]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """spark-submit entry point for a stage change: the same arguments as `streamshift promote`.
 
     spark-submit $(streamshift spark-submit-args) spark_jobs/promote.py \\
-        --flow trades --to stream --by alice
+        --flow <flow> --to stream --by alice
 """
 
 from __future__ import annotations

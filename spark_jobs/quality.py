@@ -1,7 +1,7 @@
 """spark-submit entry point for data quality: the same arguments as `streamshift quality`.
 
     spark-submit $(streamshift spark-submit-args) spark_jobs/quality.py \\
-        --flow trades --date 2026-11-20 --layer batch --file landing/trades/.../trades_eod.csv
+        --flow <flow> --date 2026-11-20 --layer batch --file landing/<flow>/.../<flow>_eod.csv
 
 Exits 1 when an expectation with policy `fail` fails (the task fails, naming it).
 """

@@ -89,7 +89,7 @@ def _cmd_airflow(args: argparse.Namespace) -> int:
             f"UI: {airflow.url}  login: {USER} / {password(settings)}  "
             f"(kept in {settings.airflow_home / 'passwords.json'})"
         )
-        print("trigger the EOD run of a day: open DAG eod_trades, Trigger, set business_date")
+        print("trigger the EOD run of a day: open DAG eod_<flow>, Trigger, set business_date")
         return 0
     if args.action == "down":
         print("Airflow stopped" if airflow.down() else "Airflow was not running; nothing to stop")
@@ -108,7 +108,9 @@ def _cmd_airflow(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from streamshift.local.demo import run_demo
 
-    return run_demo(load_settings(), trades=args.trades)
+    if args.rows < 1:
+        raise UserError("--rows must be 1 or more")
+    return run_demo(load_settings(), _known_flow(args.flow), rows=args.rows)
 
 
 def _date(text: str) -> dt.date:
@@ -281,9 +283,9 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from streamshift.core.registry import get_generator
 
     generate_day = get_generator(args.flow)
-    if args.trades < 1:
-        raise UserError("--trades must be 1 or more")
-    files = generate_day(args.date, args.trades, args.out, seed=args.seed)
+    if args.rows < 1:
+        raise UserError("--rows must be 1 or more")
+    files = generate_day(args.date, args.rows, args.out, seed=args.seed)
     for kind, path in files.as_dict().items():
         print(f"{kind:20} {path}")
     return 0
@@ -407,18 +409,20 @@ def build_parser() -> argparse.ArgumentParser:
         "airflow_args",
         nargs=argparse.REMAINDER,
         help="with cli: an airflow command run with the local stack's environment, e.g. "
-        "`backfill create --dag-id eod_trades --from-date 2026-11-16 --to-date 2026-11-18`",
+        "`backfill create --dag-id eod_<flow> --from-date 2026-11-16 --to-date 2026-11-18`",
     )
     p.set_defaults(handler=_cmd_airflow)
 
     p = sub.add_parser(
         "demo",
         help="run the demo on the embedded local stack",
-        description="Generate a trading day, load it through the write path, apply "
-        "corrections and print the day's positions and the quarantine summary. "
-        "Data goes under STREAMSHIFT_HOME (default ./var).",
+        description="Walk one flow from stage batch through shadow to stream on the local "
+        "Airflow, Kafka broker and Spark: generated days loaded by EOD DAG runs, the stream "
+        "job, reconciliation, the promotion gate, a correction, the day's report. "
+        "Data goes under STREAMSHIFT_HOME/demo (emptied first); bin/demo runs it.",
     )
-    p.add_argument("--trades", type=int, default=20_000, help="trades in the generated day")
+    p.add_argument("--flow", required=True, help="the flow to walk (it needs a generator)")
+    p.add_argument("--rows", type=int, default=20_000, help="rows in the first generated day")
     p.set_defaults(handler=_cmd_demo)
 
     p = sub.add_parser(
@@ -463,13 +467,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "generate",
-        help="write a realistic generated trading day",
-        description="Write the day's EOD file, corrections, a replacement file, late trades, "
-        "poison rows and the clearing house's positions file (with deliberate breaks).",
+        help="write a realistic generated day of a flow (flows/<flow>/generate.py)",
+        description="Write the day's EOD file, corrections, a replacement file, late rows, "
+        "poison rows and an external party's view of the day (with deliberate breaks).",
     )
     p.add_argument("--flow", required=True)
     p.add_argument("--date", required=True, type=_date)
-    p.add_argument("--trades", required=True, type=int)
+    p.add_argument("--rows", required=True, type=int, help="rows in the day's EOD file")
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--seed", type=int, default=1)
     p.set_defaults(handler=_cmd_generate)
@@ -526,13 +530,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="reconcile a business date: stream vs batch, vs an external file, vs the EOD file",
         description="Compare the stream and batch layers' views for the date (parity), the "
         "serving layer against an external positions file (--against), and the current state "
-        "against the EOD trades file (--eod-file). Breaks go to recon_breaks, a summary to "
+        "against the EOD file (--eod-file). Breaks go to recon_breaks, a summary to "
         "recon_runs. Exit 1 with --fail-on-breaks when any break is found.",
     )
     p.add_argument("--flow", required=True)
     p.add_argument("--date", required=True, type=_date)
     p.add_argument("--against", type=Path, help="external view file, e.g. clearing positions")
-    p.add_argument("--eod-file", type=Path, help="the day's EOD trades file")
+    p.add_argument("--eod-file", type=Path, help="the day's EOD file")
     p.add_argument("--no-parity", action="store_true", help="skip stream vs batch")
     p.add_argument("--fail-on-breaks", action="store_true")
     p.add_argument(

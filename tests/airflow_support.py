@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from flows.trades import FLOW
-from flows.trades.generate import DayFiles, generate_day
+from flows.trades.generate import generate_day
 from streamshift.core.catalog import LayerTables
+from streamshift.core.dayfiles import DayFiles
 from streamshift.core.settings import REPO_ROOT, Settings
 from streamshift.local.airflow import LocalAirflow
 from streamshift.orchestrate import tasks as T
@@ -69,7 +70,7 @@ def land_day(settings: Settings, day: dt.date, trades: int = 200) -> DayFiles:
 
 def land_external(settings: Settings, files: DayFiles, day: dt.date) -> Path:
     target = T.external_file(settings, "trades", day.isoformat())
-    shutil.copy(files.clearing_positions, target)
+    shutil.copy(files.external, target)
     return target
 
 

@@ -12,15 +12,25 @@ import pytest
 for _name in [n for n in os.environ if n.startswith("STREAMSHIFT_") and n != "STREAMSHIFT_PYTHON"]:
     del os.environ[_name]
 
+from streamshift.core.registry import flow_names
 from streamshift.core.settings import Settings, load_settings
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the items
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``bin/test`` runs two workers, ``--dist loadgroup``) every test of
     the shared Airflow stack runs in one worker, so the stack starts once."""
     for item in items:
         if "airflow_stack" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("airflow_stack"))
+
+
+@pytest.fixture(params=flow_names())
+def any_flow(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """Each declared flow in turn: tests that prove the kit generic run once per flow."""
+    from streamshift.core.registry import get_flow
+
+    return get_flow(request.param)
 
 
 @pytest.fixture(scope="session")

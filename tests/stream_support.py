@@ -12,8 +12,9 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from flows.trades import FLOW
-from flows.trades.generate import DayFiles
 from streamshift.core.contract import FAILED, IS_DELETED, SOURCE, SOURCE_REF
+from streamshift.core.dayfiles import DayFiles
+from streamshift.core.flow import Flow
 from streamshift.core.settings import Settings
 from streamshift.sources.produce import read_rows
 from streamshift.write.target import Target, read
@@ -37,10 +38,10 @@ def new_topic(prefix: str = "trades") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def shuffled_day(files: DayFiles, seed: int) -> list[dict[str, str]]:
-    """The day's EOD rows and its corrections as events, in a seeded random order (an AMEND
-    or CANCEL may come before its NEW)."""
-    rows = read_rows(files.eod, FLOW) + read_rows(files.corrections, FLOW)
+def shuffled_day(files: DayFiles, seed: int, flow: Flow = FLOW) -> list[dict[str, str]]:
+    """The day's EOD rows and its corrections as events, in a seeded random order (a
+    correction may come before the row it corrects)."""
+    rows = read_rows(files.eod, flow) + read_rows(files.corrections, flow)
     random.Random(seed).shuffle(rows)
     return rows
 
@@ -53,30 +54,28 @@ def csv_rows(*paths: Path) -> list[dict[str, str]]:
     return rows
 
 
-def oracle(spark, rows: list[dict[str, str]], reference) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    """What the tables must hold after ``rows`` in any order, computed by the pure transforms."""
+def oracle(spark, rows: list[dict[str, str]], reference, flow: Flow = FLOW) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """What the tables must hold after ``rows`` in any order, computed by the pure transforms
+    (``positions``: the flow's first view)."""
     raw = spark.createDataFrame(
-        [tuple(r.get(c) for c in FLOW.columns) + (f"oracle:{i}", "") for i, r in enumerate(rows)],
-        raw_schema(FLOW),
+        [tuple(r.get(c) for c in flow.columns) + (f"oracle:{i}", "") for i, r in enumerate(rows)],
+        raw_schema(flow),
     ).withColumn(SOURCE, F.lit("oracle"))
-    checked = checked_changes(FLOW, raw, reference)
+    checked = checked_changes(flow, raw, reference)
     accepted = checked.where(f"size({FAILED}) = 0")
-    latest = latest_per_key(FLOW, accepted)
+    latest = latest_per_key(flow, accepted)
     state_columns = [c for c in latest.columns if not c.startswith("_")]
     return {
         "current": sorted((tuple(r) for r in latest.select(*state_columns).collect()), key=repr),
         "history": sorted(
             (
                 tuple(r)
-                for r in distinct_versions(FLOW, accepted).select("trade_id", "version").collect()
+                for r in distinct_versions(flow, accepted).select(flow.key, flow.version).collect()
             ),
             key=repr,
         ),
         "positions": sorted(
-            (
-                tuple(r)
-                for r in FLOW.view("positions").compute(latest.where(f"NOT {IS_DELETED}")).collect()
-            ),
+            (tuple(r) for r in flow.views[0].compute(latest.where(f"NOT {IS_DELETED}")).collect()),
             key=repr,
         ),
         "rejected": checked.where(f"size({FAILED}) > 0").count(),
@@ -86,29 +85,29 @@ def oracle(spark, rows: list[dict[str, str]], reference) -> dict[str, Any]:  # t
 
 def state(spark, target: Target, state_columns: list[str]) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     """The same picture read back from a layer's Delta tables."""
-    t = target.tables
+    t, flow = target.tables, target.flow
     history = read(spark, t.history)
     return {
         "current": sorted(
             (tuple(r) for r in read(spark, t.current).select(*state_columns).collect()), key=repr
         ),
         "history": sorted(
-            (tuple(r) for r in history.select("trade_id", "version").collect()), key=repr
+            (tuple(r) for r in history.select(flow.key, flow.version).collect()), key=repr
         ),
         "positions": sorted(
-            (tuple(r) for r in read(spark, t.view("positions")).collect()), key=repr
+            (tuple(r) for r in read(spark, t.view(flow.views[0].name)).collect()), key=repr
         ),
     }
 
 
-def drain(spark, settings: Settings, topic: str, layer: str = "stream"):  # type: ignore[no-untyped-def]
+def drain(spark, settings: Settings, topic: str, layer: str = "stream", flow: Flow = FLOW):  # type: ignore[no-untyped-def]
     """Run the flow's stream on ``topic`` until it has read everything there (available-now)."""
     from streamshift.jobs.stream import run_stream
 
     return run_stream(
         spark,
         settings,
-        FLOW,
+        flow,
         layer,
         available_now=True,
         topic=topic,

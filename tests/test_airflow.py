@@ -14,6 +14,7 @@ import pytest
 
 from flows.trades import FLOW
 from streamshift.core.catalog import LayerTables
+from streamshift.core.registry import flow_names
 from streamshift.core.settings import REPO_ROOT, load_settings
 from streamshift.local.airflow import AirflowApiError, LocalAirflow
 from streamshift.orchestrate import tasks as T
@@ -64,16 +65,19 @@ def test_dag_integrity(tmp_path: Path) -> None:
     assert report["errors"] == {}
     assert report["heavy"] == []
     assert all(seconds < 2 for seconds in report["seconds"].values()), report["seconds"]
+    flows = flow_names()
+    assert {"trades", "telemetry"} <= set(flows)
+    # One EOD and one late-data DAG per flow, from the same factory.
     assert set(report["dags"]) == {
-        "eod_trades",
-        "late_data_trades",
+        *(f"eod_{f}" for f in flows),
+        *(f"late_data_{f}" for f in flows),
         "stream_supervisor",
         "streamshift_promote",
     }
     # Retried: every task but those whose failure a retry cannot change (a failed data-quality
     # expectation, a promotion refused by the gate; a promotion is one deliberate act).
     no_retries = {
-        "eod_trades": ["data_quality"],
+        **{f"eod_{f}": ["data_quality"] for f in flows},
         "streamshift_promote": ["check_gate", "record_promotion"],
     }
     for dag_id, dag in report["dags"].items():

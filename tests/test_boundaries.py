@@ -65,3 +65,22 @@ def test_flow_names_come_from_the_registry_without_importing_flows() -> None:
     names, spark_loaded, flow_loaded = _run(FLOW_NAMES_PROBE)  # type: ignore[misc]
     assert "trades" in names
     assert not spark_loaded and not flow_loaded
+
+
+KIT = ("streamshift", "dags", "plugins", "spark_jobs", "streaming")
+
+
+def test_nothing_in_the_kit_names_a_flow() -> None:
+    """The kit is generic: flows live in flows/ (and their suites in expectations/)."""
+    from streamshift.core.registry import flow_names
+
+    named = [
+        f"{path.relative_to(REPO)}:{n}: {line.strip()}"
+        for folder in KIT
+        for path in sorted((REPO / folder).rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        for flow in flow_names()
+        if flow.rstrip("s") in line.lower()
+    ]
+    assert len(flow_names()) >= 2
+    assert named == []

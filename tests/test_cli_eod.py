@@ -29,7 +29,7 @@ def test_generate_load_show_and_a_bad_file(tmp_path: Path) -> None:
         "trades",
         "--date",
         DAY,
-        "--trades",
+        "--rows",
         "200",
         "--out",
         str(out),

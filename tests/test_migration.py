@@ -1,8 +1,9 @@
-"""The migration story on generated days, end to end on real Kafka, Spark and Delta.
+"""The migration story on generated days, end to end on real Kafka, Spark and Delta — for
+every flow (trades, telemetry): the kit runs them unchanged.
 
 batch for day 1; shadow for days 2-8 with a gap in the stream on day 3 (found, named, and
 blocking promotion); days 4-8 clean, so promotion to stream succeeds; in stream, day 9's
-missed trade is repaired by the EOD correction and the second reconciliation is clean.
+missed row is repaired by the EOD correction and the second reconciliation is clean.
 Then the day's report renders with numbers that match the tables.
 """
 
@@ -14,30 +15,26 @@ import json
 from html.parser import HTMLParser
 
 import pytest
+from pyspark.sql import functions as F
 
-from flows.trades import FLOW
-from flows.trades.generate import generate_day
 from streamshift.control.recon import recon_breaks_path, recon_runs_path
 from streamshift.control.report import write_report
 from streamshift.control.serving import serving_view_rows
 from streamshift.control.stages import PromotionRefused, promote
+from streamshift.core.registry import get_generator
 from streamshift.jobs.eod import run_eod
 from streamshift.jobs.reconcile import eod_correct, reconcile_date
+from streamshift.quality.project import datasets
+from streamshift.quality.validate import run_quality
 from streamshift.read import tables as jvm_free
 from streamshift.read.control import current_stage
 from streamshift.sources.produce import produce_rows, read_rows
 from streamshift.write.target import Target, read
-from tests.stream_support import drain, isolated, new_topic
+from tests.stream_support import drain, isolated, new_topic, oracle
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
 DAYS = [dt.date(2026, 11, 2) + dt.timedelta(days=i) for i in range(9)]  # day 1 = DAYS[0]
-
-
-def _key(date: dt.date, book: str, instrument: str) -> str:
-    return json.dumps(
-        {"business_date": str(date), "book": book, "instrument": instrument}, separators=(",", ":")
-    )
 
 
 class _Charts(HTMLParser):
@@ -52,15 +49,25 @@ class _Charts(HTMLParser):
 
 
 def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
-    spark, kafka_settings, tmp_path
+    spark, kafka_settings, any_flow, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
+    FLOW = any_flow
+    key, view = FLOW.key, FLOW.views[0]
     settings = isolated(kafka_settings, tmp_path / "home", promotion_window=5)
-    topic = new_topic()
+    topic = new_topic(FLOW.name)
+    generate_day = get_generator(FLOW.name)
     files = {
         d: generate_day(d, 60, tmp_path / str(d), seed=100 + i, progress=False)
         for i, d in enumerate(DAYS)
     }
     batch = Target.open(spark, settings, FLOW, "batch")
+
+    def group_keys(rows: list[dict[str, str]]) -> set[str]:
+        """The view groups ``rows`` fall in, as reconciliation names them (JSON of the key)."""
+        groups = oracle(spark, rows, batch.reference, FLOW)["positions"]
+        frame = spark.createDataFrame(groups, read(spark, batch.tables.view(view.name)).schema)
+        named = F.to_json(F.struct(*[F.col(k).cast("string").alias(k) for k in view.group_key]))
+        return {r[0] for r in frame.select(named).collect()}
 
     # Day 1, stage batch: the EOD file into the batch layer; no stream job yet.
     run_eod(spark, batch, DAYS[0], files[DAYS[0]].eod)
@@ -76,7 +83,7 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
         if d == gap_day:
             missed, rows = rows[:2], rows[2:]
         produce_rows(settings, FLOW, rows, topic=topic, progress=False)
-    drain(spark, settings, topic)
+    drain(spark, settings, topic, flow=FLOW)
 
     def eod_day(d: dt.date):  # type: ignore[no-untyped-def]
         run_eod(spark, batch, d, files[d].eod)
@@ -87,7 +94,7 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
         if d == gap_day:
             assert not parity.clean
             keys = {b["key"] for b in parity.worst}
-            assert keys == {_key(d, m["book"], m["instrument"]) for m in missed}
+            assert keys == group_keys(missed)
             assert parity.by_kind["missing_left"] == 0  # the stream lacks, never adds
         else:
             assert parity.clean, parity.describe()
@@ -103,10 +110,10 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
     assert [e["business_date"] for e in change.evidence.dates] == DAYS[3:8][::-1]
 
     # The serving read follows the stage: stream layer now (batch for closed dates in shadow).
-    served = serving_view_rows(settings, FLOW, "positions", gap_day)
+    served = serving_view_rows(settings, FLOW, view.name, gap_day)
     stream_positions = read(
-        spark, Target.open(spark, settings, FLOW, "stream").tables.view("positions")
-    ).where(f"business_date = DATE'{gap_day}'")
+        spark, Target.open(spark, settings, FLOW, "stream").tables.view(view.name)
+    ).where(f"{FLOW.business_date} = DATE'{gap_day}'")
     assert sorted(served.rows) == sorted(tuple(r) for r in stream_positions.collect())
 
     # Day 9, stage stream: the stream misses one trade; the EOD run reconciles the EOD file
@@ -114,8 +121,8 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
     d9 = DAYS[8]
     eod_rows = read_rows(files[d9].eod, FLOW)
     corrections = read_rows(files[d9].corrections, FLOW)
-    corrected = {r["trade_id"] for r in corrections}
-    lost = next(r for r in eod_rows if r["trade_id"] not in corrected)
+    corrected = {r[key] for r in corrections}
+    lost = next(r for r in eod_rows if r[key] not in corrected)
     produce_rows(
         settings,
         FLOW,
@@ -123,16 +130,16 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
         topic=topic,
         progress=False,
     )
-    drain(spark, settings, topic)
-    final = {r["trade_id"]: r for r in eod_rows}
-    final.update({r["trade_id"]: r for r in corrections})
-    eod_file = tmp_path / f"trades_final_{d9}.csv"
+    drain(spark, settings, topic, flow=FLOW)
+    final = {r[key]: r for r in eod_rows}
+    final.update({r[key]: r for r in corrections})
+    eod_file = tmp_path / f"{FLOW.name}_final_{d9}.csv"
     with open(eod_file, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=FLOW.columns)
         writer.writeheader()
         writer.writerows(final.values())
 
-    clearing = files[d9].clearing_positions
+    clearing = files[d9].external
     first = {
         r.recon: r
         for r in reconcile_date(
@@ -141,7 +148,7 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
     }
     assert first["eod_file"].by_kind == {"missing_left": 1, "missing_right": 0, "value_mismatch": 0}
     assert [b["key"] for b in first["eod_file"].worst] == [
-        json.dumps({"trade_id": lost["trade_id"]}, separators=(",", ":"))
+        json.dumps({key: lost[key]}, separators=(",", ":"))
     ]
     applied = eod_correct(spark, settings, FLOW, d9, eod_file)
     assert applied.applied == 1
@@ -152,17 +159,24 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
         )
     }
     assert second["eod_file"].clean
-    # What is left against the clearing house is exactly its four deliberate breaks.
-    with open(clearing) as handle:
-        ext_keys = {(r["book"], r["instrument"]) for r in csv.DictReader(handle)}
-    assert second["external"].breaks == 4
-    assert ("FX-SPOT", "NZDUSD") in ext_keys
+    # What is left against the external file is exactly its four deliberate breaks: two
+    # values off, a group missing from it, a group only it has.
+    assert second["external"].by_kind == {
+        "missing_left": 1,
+        "missing_right": 1,
+        "value_mismatch": 2,
+    }
     source = (
         read(spark, Target.open(spark, settings, FLOW, "stream").tables.current)
-        .where(f"trade_id = '{lost['trade_id']}'")
+        .where(F.col(key) == F.lit(lost[key]))
         .first()
     )
     assert source["_source"] == "eod_correction"
+
+    # Data quality with the flow's own suites, on day 9 of the stream layer; the report shows it.
+    quality = run_quality(spark, settings, FLOW, d9, "stream", file=files[d9].eod)
+    assert {c.suite for c in quality.checks} == {f"{FLOW.name}.{d}" for d in datasets(FLOW.name)}
+    assert len(quality.checks) >= 10 and quality.failures == [], quality.table()
 
     # The report: renders, charts present, numbers equal to the tables.
     html_path, json_path = write_report(settings, FLOW.name, d9)
@@ -171,6 +185,7 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
     assert parser.figures == 5 and parser.svgs >= 5 and parser.tables >= 2
     summary = json.loads(json_path.read_text())
     assert summary["stage"] == "stream"
+    assert sum(summary["quality"]["counts"].values()) == len(quality.checks)
     assert summary["breaks_by_kind"] == second["external"].by_kind  # eod_file is clean
     runs = read(spark, recon_runs_path(settings)).where(f"business_date = DATE'{d9}'")
     assert len(summary["reconciliations"]) == 2 and runs.count() == 4  # two runs of two recons

@@ -47,7 +47,7 @@ def test_unknown_setting_is_named() -> None:
         ("STREAMSHIFT_SPARK_UI", "maybe", "true/false"),
         ("STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS", "localhost", "not host:port"),
         ("STREAMSHIFT_KAFKA_SECURITY_PROTOCOL", "TLS", "one of PLAINTEXT"),
-        ("STREAMSHIFT_NOTIONAL_TOLERANCE", "-1", "0 or more"),
+        ("STREAMSHIFT_STREAM_QUALITY_EVERY", "-1", "0 or more"),
     ],
 )
 def test_malformed_value_names_variable_and_reason(name: str, value: str, reason: str) -> None:

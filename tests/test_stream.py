@@ -10,6 +10,7 @@ import pytest
 
 from flows.trades import FLOW
 from flows.trades.generate import generate_day
+from streamshift.core.registry import get_generator
 from streamshift.jobs.eod import run_eod
 from streamshift.sources.events import UNDECODABLE_RULES, dlq_topic, encode_event
 from streamshift.sources.kafka import ensure_topic, producer_config
@@ -70,28 +71,34 @@ def _consume_all(settings, topic: str) -> list[tuple[bytes | None, bytes | None,
     return out
 
 
-def test_stream_and_eod_batch_reach_the_same_state(spark, kafka_settings, day, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_stream_and_eod_batch_reach_the_same_state(
+    spark, kafka_settings, any_flow, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
     """A day plus corrections: EOD files into the batch layer, the same rows shuffled across
-    partitions into the stream layer (AMEND/CANCEL before their NEW, several micro-batches)."""
-    settings = isolated(kafka_settings, tmp_path, max_offsets_per_trigger=250)
-    topic = new_topic()
+    partitions into the stream layer (corrections before what they correct, several
+    micro-batches) — for every flow."""
+    flow = any_flow
+    day = get_generator(flow.name)(DAY, 600, tmp_path / "day", seed=21, progress=False)
+    settings = isolated(kafka_settings, tmp_path / "home", max_offsets_per_trigger=250)
+    topic = new_topic(flow.name)
     ensure_topic(settings, topic, partitions=3)
-    rows = shuffled_day(day, seed=3)
-    sent = produce_rows(settings, FLOW, rows, topic=topic, progress=False)
+    rows = shuffled_day(day, seed=3, flow=flow)
+    sent = produce_rows(settings, flow, rows, topic=topic, progress=False)
     assert sent.acknowledged == len(rows) and sent.failed == 0
 
-    run = drain(spark, settings, topic)
+    run = drain(spark, settings, topic, flow=flow)
     assert run.totals.batches >= 3  # maxOffsetsPerTrigger split the topic
     assert run.totals.received == len(rows)
 
-    batch = Target.open(spark, settings, FLOW, "batch")
+    batch = Target.open(spark, settings, flow, "batch")
     run_eod(spark, batch, DAY, day.eod)
     run_eod(spark, batch, DAY, day.corrections)
-    stream = Target.open(spark, settings, FLOW, "stream")
+    stream = Target.open(spark, settings, flow, "stream")
 
-    expected = oracle(spark, rows, stream.reference)
+    expected = oracle(spark, rows, stream.reference, flow)
     columns = expected["state_columns"]
     got_stream, got_batch = state(spark, stream, columns), state(spark, batch, columns)
+    assert expected["current"] and expected["positions"]
     assert got_stream["current"] == got_batch["current"] == expected["current"]
     assert got_stream["positions"] == got_batch["positions"] == expected["positions"]
     assert got_stream["history"] == got_batch["history"] == expected["history"]
@@ -100,14 +107,14 @@ def test_stream_and_eod_batch_reach_the_same_state(spark, kafka_settings, day, t
     from streamshift.core.heartbeat import progress_path, read_progress, read_status
 
     [status] = read_status(settings.home)
-    assert (status.flow, status.layer, status.running) == ("trades", "stream", False)
+    assert (status.flow, status.layer, status.running) == (flow.name, "stream", False)
     assert status.beat["state"] == "stopped" and status.beat["lag"] == 0
-    batches = list(read_progress(progress_path(settings.home, "trades", "stream")))
+    batches = list(read_progress(progress_path(settings.home, flow.name, "stream")))
     assert sum(b["input_rows"] for b in batches) == len(rows)
     assert batches[-1]["lag"] == 0 and all(b["accepted"] is not None for b in batches)
 
     # A second run finds nothing new and changes nothing.
-    again = drain(spark, settings, topic)
+    again = drain(spark, settings, topic, flow=flow)
     assert again.totals.received == 0
     assert state(spark, stream, columns) == got_stream
 

@@ -16,10 +16,10 @@ import random
 import sys
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 from flows.trades import REFERENCE_DIR, SCHEMA
+from streamshift.core.dayfiles import DayFiles, write_csv
 
 COLUMNS = [f.name for f in SCHEMA.fields]
 DESK_ASSET_CLASSES = {
@@ -37,19 +37,6 @@ BASE_PRICE = {
 }
 
 Row = list[str]
-
-
-@dataclass(frozen=True)
-class DayFiles:
-    eod: Path
-    corrections: Path
-    replacement: Path
-    late: Path
-    poison: Path
-    clearing_positions: Path
-
-    def as_dict(self) -> dict[str, Path]:
-        return dict(self.__dict__)
 
 
 def _read_reference(name: str) -> list[dict[str, str]]:
@@ -70,12 +57,6 @@ class _Progress:
         if self.enabled and percent // 10 != self.shown // 10:
             self.shown = percent
             print(f"[generate] {self.label}: {percent}%", file=sys.stderr, flush=True)
-
-
-def _write(path: Path, rows: Iterable[Row], header: list[str] = COLUMNS) -> None:
-    with open(path, "w", newline="") as handle:
-        handle.write(",".join(header) + "\n")
-        handle.writelines(",".join(r) + "\n" for r in rows)
 
 
 class TradingDay:
@@ -163,14 +144,7 @@ class TradingDay:
         out_dir.mkdir(parents=True, exist_ok=True)
         d = self.date
         tag = d.strftime("%Y%m%d")
-        files = DayFiles(
-            eod=out_dir / f"trades_eod_{d}.csv",
-            corrections=out_dir / f"trades_corrections_{d}.csv",
-            replacement=out_dir / f"trades_replacement_{d}.csv",
-            late=out_dir / f"trades_late_{d}.csv",
-            poison=out_dir / f"trades_poison_{d}.csv",
-            clearing_positions=out_dir / f"clearing_positions_{d}.csv",
-        )
+        files = DayFiles.named(out_dir, "trades", d, external="clearing_positions")
         bar = _Progress(f"{n_trades} trades for {d}", n_trades, progress)
         state: dict[str, Row] = {}
         eod_rows: list[Row] = []
@@ -183,7 +157,7 @@ class TradingDay:
             if i % 50_000 == 0:
                 bar.update(i)
         bar.update(n_trades)
-        _write(files.eod, eod_rows)
+        write_csv(files.eod, eod_rows, COLUMNS)
 
         ids = list(state)
         n_fix = max(3, n_trades // 100)
@@ -203,7 +177,7 @@ class TradingDay:
         corrections.append(self._amend(state[moved], day=previous))
         for row in corrections:
             state[row[0]] = row
-        _write(files.corrections, corrections)
+        write_csv(files.corrections, corrections, COLUMNS)
 
         # The whole day again after corrections, a few dropped (to be cancelled), a few amended.
         live_today = [r for r in state.values() if r[2] != "CANCEL" and r[3] == str(d)]
@@ -215,15 +189,15 @@ class TradingDay:
             if self.rng.random() < 0.002:
                 row = self._amend(row)
             replacement.append(row)
-        _write(files.replacement, replacement)
+        write_csv(files.replacement, replacement, COLUMNS)
 
         late = [self._trade(f"L{tag}-{i:05d}", 1, "NEW") for i in range(max(2, n_trades // 200))]
-        _write(files.late, late)
-        _write(files.poison, [row for _, row in self._poison_rows()])
+        write_csv(files.late, late, COLUMNS)
+        write_csv(files.poison, [row for _, row in self._poison_rows()], COLUMNS)
 
         final = {r[0]: r for r in eod_rows}
         final.update({r[0]: r for r in corrections})
-        self._write_clearing(files.clearing_positions, final.values())
+        self._write_clearing(files.external, final.values())
         return files
 
     def _poison_rows(self) -> list[tuple[str, Row]]:
@@ -268,7 +242,7 @@ class TradingDay:
             net[keys[1]] -= 7
             del net[keys[2]]
         net[("FX-SPOT", "NZDUSD")] = 1_000_000
-        _write(
+        write_csv(
             path,
             ([str(self.date), b, i, str(q)] for (b, i), q in sorted(net.items())),
             ["business_date", "book", "instrument", "net_quantity"],

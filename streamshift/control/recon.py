@@ -5,7 +5,7 @@ of a business date build on it:
 
 * ``parity``: stream layer vs batch layer (the view, e.g. positions);
 * ``external``: the serving layer vs an external EOD positions file (the clearing house's);
-* ``eod_file``: the current state vs the EOD trades file (trades the stream missed or holds
+* ``eod_file``: the current state vs the EOD file (rows the stream missed or holds
   at another version).
 
 Runs are recorded in ``recon_runs`` (one row per reconciliation) and their breaks in
@@ -161,7 +161,7 @@ def read_external_view(
     typed like the view table (``schema``); columns the view does not have are ignored."""
     if not path.exists():
         raise ReconcileError(
-            f"external file {path} not found; pass the clearing house's positions file for the date"
+            f"external file {path} not found; pass the external view file of the date (e.g. a clearing house's positions)"
         )
     types = {f.name: f.dataType for f in schema.fields}
     raw = spark.read.option("header", True).csv(str(path))

@@ -82,16 +82,6 @@ def _path(text: str) -> Path:
     return Path(text).expanduser().resolve()
 
 
-def _float_non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError("expected a number") from None
-    if value < 0:
-        raise ValueError("must be 0 or more")
-    return value
-
-
 def _setting(default: Any, parse: Callable[[str], Any], doc: str) -> Any:
     return field(default=default, metadata={"parse": parse, "doc": doc})
 
@@ -139,16 +129,13 @@ class Settings:
     promotion_quality_suites: str = _setting(
         "",
         str,
-        "comma-separated data-quality suites (e.g. trades.current) whose `fail` results on a "
+        "comma-separated data-quality suites (e.g. <flow>.current) whose `fail` results on a "
         "date make it unclean for promotion; empty: parity alone decides",
     )
     stream_quality_every: int = _setting(
         0,
         _non_negative_int,
         "validate every Nth stream micro-batch against the flow's current-state suite (0: off)",
-    )
-    notional_tolerance: float = _setting(
-        0.01, _float_non_negative, "absolute tolerance on notionals in reconciliation"
     )
     airflow_port: int = _setting(
         8080, _positive_int, "port of the local Airflow's API server and UI"

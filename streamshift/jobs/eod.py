@@ -30,7 +30,7 @@ class EodResult:
 
     def describe(self) -> str:
         extra = (
-            f", {self.cancelled} trades absent from the file cancelled"
+            f", {self.cancelled} rows absent from the file cancelled"
             if self.mode == "replace"
             else ""
         )
@@ -63,7 +63,7 @@ def run_eod(
             flow, read(spark, target.tables.current), rows, business_date, str(file)
         ).persist()
         cancelled = cancels.count()
-        _progress(f"replacement: {cancelled} trades of {business_date} absent from the file")
+        _progress(f"replacement: {cancelled} rows of {business_date} absent from the file")
         rows = rows.unionByName(cancels.withColumn(MALFORMED, F.lit(None).cast("string")))
     _progress("applying changes (validate, history, current state, views)")
     result = apply_changes(

@@ -2,7 +2,7 @@
 
 ``reconcile_date`` runs the reconciliations a date's inputs allow — parity (stream vs batch,
 per view), external (serving layer vs an external view file), eod_file (current state vs the
-EOD trades file) — records each in ``recon_runs``/``recon_breaks`` and returns the results.
+EOD file) — records each in ``recon_runs``/``recon_breaks`` and returns the results.
 
 ``eod_correct`` is the ``stream`` stage's EOD step: the EOD file's rows the stream layer does
 not hold at the same version are applied to it through ``apply_changes`` (source

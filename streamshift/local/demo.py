@@ -1,16 +1,16 @@
 """The demo: one flow walked from batch through shadow to stream, on the embedded local stack.
 
 1. stage ``batch``: a generated day loaded from EOD files (with corrections and poison rows);
-2. stage ``shadow``: the local broker and the streaming job start; the next day's trades go
-   through Kafka as they happen, one correction is timed from produce to the positions table,
+2. stage ``shadow``: the local broker and the streaming job start; the next day's events go
+   through Kafka as they happen, one correction is timed from produce to the view table,
    and at end of day the EOD files load the batch layer and reconciliation compares the two;
    more days follow, one with a gap in the stream — reconciliation names the break and the
    gate refuses promotion until enough clean days follow;
-3. stage ``stream``: the stream misses a trade, the EOD run finds it against the EOD file,
+3. stage ``stream``: the stream misses an event, the EOD run finds it against the EOD file,
    applies it as a correction and reconciles clean; the day's report is written.
 
 Everything lives under ``STREAMSHIFT_HOME/demo`` (emptied at the start); what the demo starts
-(broker, streaming job) it stops.
+(broker, streaming job) it stops. Any flow with a generator can be walked (``--flow``).
 """
 
 from __future__ import annotations
@@ -32,10 +32,9 @@ from streamshift.core.settings import Settings
 
 BATCH_DATE = dt.date(2026, 11, 19)  # loaded in stage batch
 DEMO_DATE = dt.date(2026, 11, 20)  # the first shadow day, streamed as it happens
-DEMO_TRADES = 20_000
-LATER_DAY_TRADES = 1_500
+DEMO_ROWS = 20_000
+LATER_DAY_ROWS = 1_500
 DEMO_WINDOW = 3  # promotion window for the demo (the default setting is 5)
-TOPIC = "trades-demo"
 
 
 def _say(message: str) -> None:
@@ -52,7 +51,7 @@ def _business_days(start: dt.date, n: int) -> list[dt.date]:
     return days
 
 
-def run_demo(settings: Settings, trades: int = DEMO_TRADES) -> int:
+def run_demo(settings: Settings, flow: str, rows: int = DEMO_ROWS) -> int:
     from streamshift.local.airflow import USER, LocalAirflow, password
     from streamshift.spark import get_spark
 
@@ -73,7 +72,7 @@ def run_demo(settings: Settings, trades: int = DEMO_TRADES) -> int:
     print(f"Airflow UI: {airflow.url}  login: {USER} / {password(settings)}  (look while it runs)")
     try:
         spark = get_spark(settings, app_name="streamshift-demo")
-        demo = _Demo(spark, settings, trades, airflow)
+        demo = _Demo(spark, settings, flow, rows, airflow)
         demo.batch_stage()
         demo.with_stream(demo.shadow_and_stream_stages)
         demo.closing_words()
@@ -84,12 +83,16 @@ def run_demo(settings: Settings, trades: int = DEMO_TRADES) -> int:
 
 
 class _Demo:
-    def __init__(self, spark, settings: Settings, trades: int, airflow) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, spark, settings: Settings, flow: str, rows: int, airflow) -> None:  # type: ignore[no-untyped-def]
         from streamshift.core.registry import get_flow
         from streamshift.write.target import Target
 
-        self.spark, self.settings, self.trades = spark, settings, trades
-        self.flow = get_flow("trades")
+        self.spark, self.settings, self.rows = spark, settings, rows
+        self.flow = get_flow(flow)
+        self.view = self.flow.views[0]
+        self.topic = f"{flow}-demo"
+        self.dag_id = f"eod_{flow}"
+        self.log = settings.home / "logs" / f"stream-{flow}.log"
         self.batch = Target.open(spark, settings, self.flow, "batch").create_tables()
         self.stream = Target.open(spark, settings, self.flow, "stream").create_tables()
         self.files: dict[dt.date, Any] = {}
@@ -100,28 +103,28 @@ class _Demo:
         self.runs = 0
         # The DAG is paused at creation; the demo's runs are triggered, its schedule's own run
         # (for the latest business day) waits for a file the demo never lands.
-        self.client.wait_for_dag("eod_trades")
-        self.client.unpause("eod_trades")
+        self.client.wait_for_dag(self.dag_id)
+        self.client.unpause(self.dag_id)
 
     # ---- helpers ------------------------------------------------------------------------
-    def day_files(self, day: dt.date, trades: int):  # type: ignore[no-untyped-def]
+    def day_files(self, day: dt.date, rows: int):  # type: ignore[no-untyped-def]
         from streamshift.core.registry import get_generator
 
         generate_day = get_generator(self.flow.name)
         if day not in self.files:
             self.files[day] = generate_day(
                 day,
-                trades,
+                rows,
                 self.settings.home / "files" / str(day),
                 seed=day.toordinal(),
-                progress=trades > 5000,
+                progress=rows > 5000,
             )
         return self.files[day]
 
     def produce(self, rows) -> None:  # type: ignore[no-untyped-def]
         from streamshift.sources.produce import produce_rows
 
-        result = produce_rows(self.settings, self.flow, rows, topic=TOPIC, progress=False)
+        result = produce_rows(self.settings, self.flow, rows, topic=self.topic, progress=False)
         if result.failed:
             raise RuntimeError(result.describe())
         self.produced += result.acknowledged
@@ -130,7 +133,7 @@ class _Demo:
     def beat(self) -> dict:  # type: ignore[type-arg]
         from streamshift.core.heartbeat import read_heartbeat
 
-        return read_heartbeat(self.settings.home, "trades", "stream")
+        return read_heartbeat(self.settings.home, self.flow.name, "stream")
 
     def wait_for(self, done, what: str, timeout: float = 600) -> None:  # type: ignore[no-untyped-def]
         assert self.job is not None
@@ -141,8 +144,7 @@ class _Demo:
                 return
             if self.job.poll() is not None:
                 raise RuntimeError(
-                    f"the stream job exited (code {self.job.returncode}); see "
-                    f"{self.settings.home / 'logs' / 'stream-trades.log'}"
+                    f"the stream job exited (code {self.job.returncode}); see {self.log}"
                 )
             if time.monotonic() - last_print > 10:
                 last_print = time.monotonic()
@@ -156,7 +158,7 @@ class _Demo:
         from streamshift.core.heartbeat import processed_events
 
         self.wait_for(
-            lambda b: processed_events(b, TOPIC) >= self.produced, "the stream to catch up"
+            lambda b: processed_events(b, self.topic) >= self.produced, "the stream to catch up"
         )
 
     def land(self, day: dt.date, name: str, *paths) -> str:  # type: ignore[no-untyped-def]
@@ -173,28 +175,29 @@ class _Demo:
         return f"{day}/{name}"
 
     def eod_run(self, day: dt.date, file: str, mode: str = "delta") -> dict:  # type: ignore[type-arg]
-        """The EOD side: trigger eod_trades over the REST API, as the UI's Trigger form does,
+        """The EOD side: trigger eod_<flow> over the REST API, as the UI's Trigger form does,
         wait for it, print its published summary and the worst breaks of the day."""
         import json
 
         self.runs += 1
         run_id = f"demo-{self.runs:02d}-{day}"
         conf = {"business_date": str(day), "mode": mode, "file": file}
-        self.client.trigger("eod_trades", conf, run_id=run_id)
-        print(f"  triggered eod_trades {run_id} with {conf}")
-        print(f"  watch it: {self.airflow.url}/dags/eod_trades/runs/{run_id}")
-        run = self.client.wait_for_run("eod_trades", run_id, timeout=1800, progress=False)
-        states = self.client.task_states("eod_trades", run_id)
+        dag_id = self.dag_id
+        self.client.trigger(dag_id, conf, run_id=run_id)
+        print(f"  triggered {dag_id} {run_id} with {conf}")
+        print(f"  watch it: {self.airflow.url}/dags/{dag_id}/runs/{run_id}")
+        run = self.client.wait_for_run(dag_id, run_id, timeout=1800, progress=False)
+        states = self.client.task_states(dag_id, run_id)
         spark_tasks = ("load_eod_file", "reconcile", "correct_stream_layer")
         ran = ", ".join(t for t in spark_tasks if states.get(t) == "success")
         skipped = ", ".join(t for t in spark_tasks if states.get(t) == "skipped")
         if run["state"] != "success":
             raise RuntimeError(
-                f"eod_trades {run_id} {run['state']} ({states}); see its task logs "
+                f"{dag_id} {run_id} {run['state']} ({states}); see its task logs "
                 f"in the UI at {self.airflow.url}"
             )
         summary = self.client.get(
-            f"/api/v2/dags/eod_trades/dagRuns/{run_id}/taskInstances/"
+            f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/"
             "publish_summary/xcomEntries/return_value"
         )["value"]
         print(
@@ -234,30 +237,27 @@ class _Demo:
     def batch_stage(self) -> None:
         from streamshift.write.target import read
 
-        _say(f"stage batch: generating {self.trades} trades for {BATCH_DATE}")
-        files = self.day_files(BATCH_DATE, self.trades)
-        _say("stage batch: the day's EOD file lands; eod_trades loads it (Airflow)")
+        dag, view = self.dag_id, self.view
+        _say(f"stage batch: generating {self.rows} {self.flow.name} rows for {BATCH_DATE}")
+        files = self.day_files(BATCH_DATE, self.rows)
+        _say(f"stage batch: the day's EOD file lands; {dag} loads it (Airflow)")
         self.eod_run(BATCH_DATE, self.land(BATCH_DATE, "demo_eod.csv", files.eod))
-        _say("stage batch: a corrections (delta) file with poison rows lands; eod_trades again")
+        _say(f"stage batch: a corrections (delta) file with poison rows lands; {dag} again")
         self.eod_run(
             BATCH_DATE,
             self.land(BATCH_DATE, "demo_corrections.csv", files.corrections, files.poison),
         )
 
-        _say(f"positions for {BATCH_DATE}, largest 10 by gross notional (batch layer)")
-        positions = read(self.spark, self.batch.tables.view("positions")).where(
-            F.col("business_date") == F.lit(BATCH_DATE)
+        rows = read(self.spark, self.batch.tables.view(view.name)).where(
+            F.col(self.flow.business_date) == F.lit(BATCH_DATE)
         )
-        self.print_rows(positions.orderBy(F.col("gross_notional_usd").desc()).limit(10))
-        totals = positions.agg(
-            F.count("*").alias("n"),
-            F.sum("trade_count").alias("trades"),
-            F.sum("gross_notional_usd").alias("gross"),
-        ).first()
-        assert totals is not None  # an aggregate always has a row
-        print(
-            f"{totals.n} positions over {totals.trades} live trades, gross {totals.gross:,.2f} USD"
+        measure = next(c for c in rows.columns if c not in view.group_key)
+        _say(f"{view.name} for {BATCH_DATE}, the 10 largest by {measure} (batch layer)")
+        self.print_rows(rows.orderBy(F.col(measure).desc()).limit(10))
+        live = read(self.spark, self.batch.tables.current).where(
+            (F.col(self.flow.business_date) == F.lit(BATCH_DATE)) & ~self.flow.deleted()
         )
+        print(f"{rows.count()} {view.name} rows over {live.count()} live {self.flow.name} rows")
         _say("quarantine summary (rows rejected, by rule)")
         self.print_rows(
             read(self.spark, self.batch.tables.quarantine).groupBy("rule").count().orderBy("rule")
@@ -277,8 +277,8 @@ class _Demo:
         try:
             from streamshift.sources.kafka import admin_client
 
-            if TOPIC in admin_client(self.settings).list_topics(timeout=10).topics:
-                admin_client(self.settings).delete_topics([TOPIC])[TOPIC].result(60)
+            if self.topic in admin_client(self.settings).list_topics(timeout=10).topics:
+                admin_client(self.settings).delete_topics([self.topic])[self.topic].result(60)
                 time.sleep(2)
             self.start_stream_job()
             body()
@@ -296,7 +296,7 @@ class _Demo:
                 print("Kafka broker stopped")
 
     def start_stream_job(self) -> None:
-        log = self.settings.home / "logs" / "stream-trades.log"
+        log, flow = self.log, self.flow.name
         log.parent.mkdir(parents=True, exist_ok=True)
         env = {
             **os.environ,
@@ -304,7 +304,7 @@ class _Demo:
             "STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS": self.settings.kafka_bootstrap_servers,
         }
         _say(
-            f"starting the streaming job: streamshift stream --flow trades --topic {TOPIC} "
+            f"starting the streaming job: streamshift stream --flow {flow} --topic {self.topic} "
             f"(log: {log})"
         )
         with open(log, "ab") as out:
@@ -315,9 +315,9 @@ class _Demo:
                     "streamshift.cli",
                     "stream",
                     "--flow",
-                    "trades",
+                    flow,
                     "--topic",
-                    TOPIC,
+                    self.topic,
                 ],
                 env=env,
                 stdout=out,
@@ -327,52 +327,61 @@ class _Demo:
         print("streaming query running")
 
     # ---- stages shadow and stream -------------------------------------------------------
+    def _is_retraction(self, row: dict[str, str]) -> bool:
+        values = self.flow.retraction_values
+        return bool(values) and all(row.get(c) == str(v) for c, v in values.items())
+
     def shadow_and_stream_stages(self) -> None:
         from streamshift.sources.produce import read_rows
         from streamshift.write.target import read
 
-        _say("promoting trades to stage shadow: the stream layer is written alongside the batch")
+        flow, key, version, view = self.flow, self.flow.key, self.flow.version, self.view
+        _say(f"promoting {flow.name} to stage shadow: the stream layer is written beside the batch")
         self.promote("shadow")
 
-        files = self.day_files(DEMO_DATE, self.trades)
-        _say(f"stage shadow: {DEMO_DATE}, the day's trades on Kafka topic {TOPIC} as they happen")
-        self.produce(read_rows(files.eod, self.flow))
+        files = self.day_files(DEMO_DATE, self.rows)
+        _say(
+            f"stage shadow: {DEMO_DATE}, the day's events on Kafka topic {self.topic} as they happen"
+        )
+        self.produce(read_rows(files.eod, flow))
         self.caught_up()
 
         correction = next(
-            r for r in read_rows(files.corrections, self.flow) if r["event_type"] == "AMEND"
+            r for r in read_rows(files.corrections, flow) if not self._is_retraction(r)
         )
-        group = (
-            (F.col("business_date") == F.lit(correction["business_date"]))
-            & (F.col("book") == F.lit(correction["book"]))
-            & (F.col("instrument") == F.lit(correction["instrument"]))
-        )
+        # The view group the corrected row sits in now (group columns may be derived, so they
+        # are read from current state).
+        current = read(self.spark, self.stream.tables.current)
+        was = current.where(F.col(key) == F.lit(correction[key])).first()
+        assert was is not None, f"{correction[key]} is not in the stream layer"
+        group = F.lit(True)
+        for column in view.group_key:
+            group = group & (F.col(column) == F.lit(was[column]))
 
-        def position():  # type: ignore[no-untyped-def]
-            return read(self.spark, self.stream.tables.view("positions")).where(group)
+        def view_rows():  # type: ignore[no-untyped-def]
+            return read(self.spark, self.stream.tables.view(view.name)).where(group)
 
         _say(
-            f"one correction on Kafka: {correction['trade_id']} v{correction['version']} AMEND "
-            f"({correction['side']} {correction['quantity']} {correction['instrument']} in "
-            f"{correction['book']}); its position before:"
+            f"one correction on Kafka: {key} {correction[key]}, {version} {was[version]} → "
+            f"{correction[version]}; its {view.name} row before:"
         )
-        before = position().collect()
-        self.print_rows(position())
+        before = view_rows().collect()
+        self.print_rows(view_rows())
         sent = time.monotonic()
         self.produce([correction])
-        while position().collect() == before:
+        while view_rows().collect() == before:
             if time.monotonic() - sent > 180:
-                raise RuntimeError("the correction did not reach the positions in 180 s")
+                raise RuntimeError(f"the correction did not reach {view.name} in 180 s")
             time.sleep(0.2)
-        print(f"its position {time.monotonic() - sent:.1f} s after the correction was produced:")
-        self.print_rows(position())
+        print(f"the row {time.monotonic() - sent:.1f} s after the correction was produced:")
+        self.print_rows(view_rows())
 
         _say("the rest of the corrections and the poison rows, on Kafka")
-        self.produce(read_rows(files.corrections, self.flow))
-        self.produce(read_rows(files.poison, self.flow))
+        self.produce(read_rows(files.corrections, flow))
+        self.produce(read_rows(files.poison, flow))
         self.caught_up()
         _say(
-            f"end of {DEMO_DATE}: the EOD files land; eod_trades loads the batch layer and "
+            f"end of {DEMO_DATE}: the EOD files land; {self.dag_id} loads the batch layer and "
             "reconciles stream vs batch (Airflow)"
         )
         self.eod_run(
@@ -383,8 +392,8 @@ class _Demo:
         days = _business_days(DEMO_DATE, 5)
         gap_day = days[0]
         for day in days[:4]:
-            rows = read_rows(self.day_files(day, LATER_DAY_TRADES).eod, self.flow)
-            gap = " — the stream misses 3 trades today" if day == gap_day else ""
+            rows = read_rows(self.day_files(day, LATER_DAY_ROWS).eod, flow)
+            gap = " — the stream misses 3 events today" if day == gap_day else ""
             _say(
                 f"stage shadow, {day}: the day on Kafka, then the EOD load and reconciliation{gap}"
             )
@@ -397,10 +406,10 @@ class _Demo:
                     break
 
         d5 = days[4]
-        rows = read_rows(self.day_files(d5, LATER_DAY_TRADES).eod, self.flow)
+        rows = read_rows(self.day_files(d5, LATER_DAY_ROWS).eod, flow)
         lost = rows[7]
         _say(
-            f"stage stream, {d5}: the stream misses trade {lost['trade_id']}; the EOD run "
+            f"stage stream, {d5}: the stream misses {key} {lost[key]}; the EOD run "
             "reconciles the EOD file against the stream layer and corrects it"
         )
         self.produce([r for r in rows if r is not lost])
@@ -408,17 +417,17 @@ class _Demo:
         self.eod_run(d5, self.land(d5, "demo_eod.csv", self.files[d5].eod))
         repaired = (
             read(self.spark, self.stream.tables.current)
-            .where(F.col("trade_id") == F.lit(lost["trade_id"]))
-            .select("trade_id", "version", "_source")
+            .where(F.col(key) == F.lit(lost[key]))
+            .select(key, version, "_source")
         )
-        print("  the missed trade in the stream layer now (its source is the EOD correction):")
+        print(f"  the missed {key} in the stream layer now (its source is the EOD correction):")
         self.print_rows(repaired)
 
         from streamshift.core.heartbeat import read_status
 
         for status in read_status(self.settings.home, self.settings):
             print(f"streamshift status: {status.describe()}")
-        report = self.settings.reports / self.flow.name / str(d5)
+        report = self.settings.reports / flow.name / str(d5)
         self.report = (report / "report.html", report / "report.json")  # written by the DAG run
         self.last_day = d5
 
@@ -428,12 +437,13 @@ class _Demo:
         print(f"  {html_path}\n  {json_path} (for machines)")
         env = f"STREAMSHIFT_HOME={self.settings.home}"
         _say("try it yourself")
-        print(f"  {env} .venv/bin/streamshift stage --flow trades")
+        flow, view = self.flow.name, self.view.name
+        print(f"  {env} .venv/bin/streamshift stage --flow {flow}")
         print(
-            f"  {env} .venv/bin/streamshift show --flow trades --view positions --layer serving "
+            f"  {env} .venv/bin/streamshift show --flow {flow} --view {view} --layer serving "
             f"--date {self.last_day}"
         )
-        print(f"  {env} .venv/bin/streamshift report --flow trades --date {DEMO_DATE}")
+        print(f"  {env} .venv/bin/streamshift report --flow {flow} --date {DEMO_DATE}")
         print(f"  {env} .venv/bin/streamshift status")
         print(f"  {env} .venv/bin/streamshift airflow up    # the demo's DAG runs, in the UI")
         print(

@@ -54,7 +54,7 @@ def resolve_in_landing(landing: Path, file: str) -> Path:
     if not file or file.startswith("/") or ".." in Path(file).parts:
         raise InputError(
             f"file {file!r} must be a path relative to the landing folder {landing} "
-            "without '..' (e.g. 2026-11-20/trades_eod_2026-11-20.csv)"
+            "without '..' (e.g. 2026-11-20/<flow>_eod_2026-11-20.csv)"
         )
     root = landing.resolve()
     resolved = (landing / file).resolve()

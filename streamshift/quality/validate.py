@@ -315,6 +315,9 @@ def _bounds(kind: str, kwargs: dict[str, Any]) -> str:
         return "unique"
     if kind.endswith("not_be_null"):
         return "no nulls"
+    if "column_A" in kwargs and "column_B" in kwargs:
+        op = "≥" if kwargs.get("or_equal") else ">"
+        return f"{kwargs['column_A']} {op} {kwargs['column_B']}"
     return kind
 
 

@@ -430,8 +430,8 @@ def _history_of(
 ) -> list[Row]:
     """Every stored version of ``keys`` with the groups it lived in.
 
-    Read from history (not current state), so a run that died after moving a trade in current
-    state but before fixing the views still finds the trade's old group when re-run.
+    Read from history (not current state), so a run that died after moving a row in current
+    state but before fixing the views still finds the row's old group when re-run.
     """
     return (
         read(spark, tables.history)

@@ -1,0 +1,117 @@
+"""The same code on a Spark standalone cluster (a master and two workers on 127.0.0.1, started
+from PySpark's own distribution): an EOD load through spark-submit, an ``--available-now``
+stream through the CLI, and one ``eod_trades`` DAG run through Airflow with ``spark_default``
+pointed at the master — each ending in the tables local mode gives for the same input."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import functions as F
+
+from flows.trades import FLOW
+from streamshift.core.catalog import LayerTables
+from streamshift.jobs.eod import run_eod
+from streamshift.local.airflow import LocalAirflow
+from streamshift.sources.produce import produce_rows, read_rows
+from streamshift.spark import submit_args
+from streamshift.write.target import Target, read
+from tests.airflow_support import dag_test, land_day
+from tests.cli_support import CLI, cli_env
+from tests.cluster_support import SparkCluster
+from tests.stream_support import new_topic
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.airflow, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parent.parent
+D1, D2 = dt.date(2026, 11, 12), dt.date(2026, 11, 13)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):  # type: ignore[no-untyped-def]
+    spark_cluster = SparkCluster(tmp_path / "spark-cluster", workers=2).start()
+    try:
+        yield spark_cluster
+    finally:
+        spark_cluster.stop()
+
+
+def tables(spark, settings, layer: str, day: dt.date) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """A layer's current state (business columns) and positions for ``day``, sorted."""
+    t = LayerTables(settings.warehouse, FLOW, layer)
+    current = read(spark, t.current).where(F.col("business_date") == F.lit(day))
+    columns = [c for c in current.columns if not c.startswith("_")]
+    positions = read(spark, t.view("positions")).where(F.col("business_date") == F.lit(day))
+    return {
+        "current": sorted((tuple(r) for r in current.select(*columns).collect()), key=repr),
+        "positions": sorted((tuple(r) for r in positions.collect()), key=repr),
+    }
+
+
+def test_eod_stream_and_dag_on_a_standalone_cluster_match_local_mode(  # type: ignore[no-untyped-def]
+    spark, kafka_settings, cluster, tmp_path: Path
+) -> None:
+    on_cluster = replace(kafka_settings, home=tmp_path / "cluster-home", spark_master=cluster.url)
+    local = replace(kafka_settings, home=tmp_path / "local-home")
+    files = {d: land_day(on_cluster, d, trades=300) for d in (D1, D2)}
+
+    # 1. spark-submit of spark_jobs/eod.py to the master; --jars ship the connector and Delta.
+    args = submit_args(on_cluster)
+    assert args[args.index("--master") + 1] == cluster.url and "--jars" in args
+    env = cli_env(on_cluster.home, spark_master=cluster.url)
+    env.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+    submitted = subprocess.run(
+        [str(Path(sys.executable).parent / "spark-submit"), *args,
+         str(REPO / "spark_jobs" / "eod.py"),
+         "--flow", "trades", "--date", D1.isoformat(), "--file", str(files[D1].eod)],
+        env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    output = submitted.stdout + submitted.stderr
+    assert submitted.returncode == 0, output[-3000:]
+    assert f"Spark {cluster.url} (submitted profile)" in output
+
+    # 2. An --available-now stream of D1's events, through the CLI, its settings on the master.
+    topic = new_topic()
+    produce_rows(kafka_settings, FLOW, read_rows(files[D1].eod, FLOW), topic=topic, progress=False)
+    streamed = subprocess.run(
+        [*CLI, "stream", "--flow", "trades", "--topic", topic, "--available-now"],
+        env=cli_env(
+            on_cluster.home,
+            spark_master=cluster.url,
+            kafka_bootstrap_servers=kafka_settings.kafka_bootstrap_servers,
+        ),
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert streamed.returncode == 0, (streamed.stdout + streamed.stderr)[-3000:]
+    assert cluster.url in streamed.stderr + streamed.stdout
+
+    # 3. One eod_trades run through Airflow: spark_default is the master (from the settings).
+    LocalAirflow(on_cluster).migrate()
+    run = dag_test(on_cluster, "eod_trades", f"{D2}T22:00:00+00:00", {})
+    assert run["state"] == "success", run["output"][-4000:]
+    assert run["tasks"]["load_eod_file"] == "success"
+    assert run["tasks"]["data_quality"] == "success"
+    assert f"--master {cluster.url}" in run["output"] or f"Spark {cluster.url}" in run["output"]
+
+    # The master ran every one of those applications on its workers' executors.
+    apps = cluster.state()["completedapps"]
+    names = [a["name"] for a in apps]
+    assert len(apps) >= 4, names  # eod, stream, load_eod_file, data_quality
+    assert all(a["cores"] >= 1 for a in apps), apps
+    assert {w["state"] for w in cluster.state()["workers"]} == {"ALIVE"}
+
+    # The same input in local mode, in-process: the same current state and positions.
+    batch = Target.open(spark, local, FLOW, "batch")
+    for d in (D1, D2):
+        run_eod(spark, batch, d, files[d].eod)
+    for d in (D1, D2):
+        expected = tables(spark, local, "batch", d)
+        assert expected["current"] and expected["positions"]
+        assert tables(spark, on_cluster, "batch", d) == expected, d
+    assert tables(spark, on_cluster, "stream", D1) == tables(spark, local, "batch", D1)
