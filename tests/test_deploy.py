@@ -132,8 +132,10 @@ def problems(doc: dict[str, Any]) -> list[str]:
             points_at(
                 name, "Spark master", url.hostname or "", url.port or 0, master_name, master_at
             )
-        if "AIRFLOW_CONN_SPARK_DEFAULT" in env:
-            conn = json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"])
+        for conn_json in re.findall(
+            r"connections add spark_default --conn-json '(\{.*?\})'", " ".join(_command(svc))
+        ):
+            conn = json.loads(conn_json)
             host = urlsplit(conn["host"]).hostname or ""
             points_at(name, "spark_default", host, int(conn["port"]), master_name, master_at)
         if "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" in env:
@@ -169,12 +171,18 @@ def test_the_compose_file_is_valid_pinned_and_consistent(compose) -> None:  # ty
     assert services["init"]["restart"] == "no"
     init = " ".join(_command(services["init"]))
     assert "airflow db migrate" in init and "streamshift topics" in init
+    conn = re.search(r"connections add spark_default --conn-json '(\{.*?\})'", init)
+    assert conn and json.loads(conn.group(1))["host"] == "spark://spark-master"
     for svc in services.values():
         if _command(svc)[:1] == ["airflow"]:
             assert svc["depends_on"]["init"]["condition"] == "service_completed_successfully"
     assert {s["image"] for s in services.values() if "build" in s} == {"streamshift:0.1.0"}
 
 
+SPARK_DEFAULT = (
+    "airflow connections add spark_default --conn-json "
+    """'{"conn_type": "spark", "host": "spark://spark-master", "port": 7077}'"""
+)
 BREAKAGES = [
     ("kafka", "image", "apache/kafka:latest", "is not pinned"),
     ("kafka", "image", "apache/kafka", "is not pinned"),
@@ -184,6 +192,7 @@ BREAKAGES = [
     ("airflow-triggerer", "command", ["airflow", "triggerer", "--x"], None),
     ("kafka", "healthcheck", {"interval": 10, "tries": 3}, "schema: services/kafka/healthcheck"),
     ("spark-worker-2", "command", ["spark-class", "x"], "1 master(s), 1 worker(s)"),
+    ("init", "command", ["bash", "-c", SPARK_DEFAULT.replace("7077", "7000")], "spark_default"),
 ]
 
 
