@@ -1,6 +1,7 @@
 """streamshift's Airflow DAGs, built from the flow registry.
 
-One ``eod_<flow>`` and one ``late_data_<flow>`` DAG per flow in ``flows/``, one
+One ``eod_<flow>``, one ``late_data_<flow>`` and one ``maintenance_<flow>`` DAG per flow in
+``flows/``, one
 ``stream_supervisor`` and one ``streamshift_promote`` (the Migration page's promotions).
 Parsing imports ``airflow.sdk``, ``pendulum`` and the Spark-free core only (``tests/test_boundaries.py`` checks it); the factories are in
 ``streamshift/orchestrate/dags.py``.
@@ -9,11 +10,18 @@ Parsing imports ``airflow.sdk``, ``pendulum`` and the Spark-free core only (``te
 from __future__ import annotations
 
 from streamshift.core.registry import flow_names
-from streamshift.orchestrate.dags import eod_dag, late_data_dag, promote_dag, stream_supervisor_dag
+from streamshift.orchestrate.dags import (
+    eod_dag,
+    late_data_dag,
+    maintenance_dag,
+    promote_dag,
+    stream_supervisor_dag,
+)
 
 for _flow in flow_names():
     globals()[f"eod_{_flow}"] = eod_dag(_flow)
     globals()[f"late_data_{_flow}"] = late_data_dag(_flow)
+    globals()[f"maintenance_{_flow}"] = maintenance_dag(_flow)
 
 stream_supervisor = stream_supervisor_dag()
 streamshift_promote = promote_dag(flow_names())

@@ -58,6 +58,15 @@ def _known_flow(flow: str) -> str:
     return flow
 
 
+def _cmd_maintain(args: argparse.Namespace) -> int:
+    from streamshift.jobs.maintain import run_maintain
+
+    _known_flow(args.flow)
+    settings, spark, flow = _spark(args.flow)
+    print(run_maintain(spark, settings, flow).describe())
+    return 0
+
+
 def _cmd_topics(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
@@ -383,6 +392,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("action", choices=["start", "stop", "status"])
     p.set_defaults(handler=_cmd_kafka)
+
+    p = sub.add_parser(
+        "maintain",
+        help="compact small files, VACUUM and checkpoint the Delta log of a flow's tables",
+        description="For every table of the flow in both layers: compaction of small files "
+        "(OPTIMIZE; the data does not change), VACUUM of files no version within the table's "
+        "retention needs (delta.deletedFileRetentionDuration, Delta's default 7 days), and a "
+        "Delta log checkpoint. The maintenance_<flow> DAG runs it weekly.",
+    )
+    p.add_argument("--flow", required=True)
+    p.set_defaults(handler=_cmd_maintain)
 
     p = sub.add_parser(
         "topics",

@@ -70,6 +70,8 @@ def tuning_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.shuffle.partitions": partitions,
         "spark.default.parallelism": partitions,
         "spark.databricks.delta.snapshotPartitions": partitions,
+        # File listings (Delta's VACUUM among them) otherwise run up to 10,000 tasks.
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": partitions,
         "spark.databricks.delta.merge.repartitionBeforeWrite.enabled": "true",
         "spark.sql.adaptive.enabled": "true",
         "spark.ui.enabled": str(settings.spark_ui).lower(),

@@ -12,6 +12,13 @@ import pytest
 for _name in [n for n in os.environ if n.startswith("STREAMSHIFT_") and n != "STREAMSHIFT_PYTHON"]:
     del os.environ[_name]
 
+# Every JVM the tests start is short-lived (a SparkSession per test process, a spark-submit per
+# DAG task): C1-compiled code only halves the JIT's CPU on 2 cores (BENCHMARKS.md, "JIT").
+# SPARK_SUBMIT_OPTS reaches every Spark driver, including those Airflow's tasks submit.
+os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
+    filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), "-XX:TieredStopAtLevel=1"])
+)
+
 from streamshift.core.registry import flow_names
 from streamshift.core.settings import Settings, load_settings
 

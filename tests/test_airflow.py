@@ -67,10 +67,11 @@ def test_dag_integrity(tmp_path: Path) -> None:
     assert all(seconds < 2 for seconds in report["seconds"].values()), report["seconds"]
     flows = flow_names()
     assert {"trades", "telemetry"} <= set(flows)
-    # One EOD and one late-data DAG per flow, from the same factory.
+    # One EOD, one late-data and one maintenance DAG per flow, from the same factories.
     assert set(report["dags"]) == {
         *(f"eod_{f}" for f in flows),
         *(f"late_data_{f}" for f in flows),
+        *(f"maintenance_{f}" for f in flows),
         "stream_supervisor",
         "streamshift_promote",
     }

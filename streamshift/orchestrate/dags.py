@@ -27,6 +27,7 @@ SPARK_POOL = T.SPARK_POOL
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 # After the close of business, Monday to Friday (the logical date is the business date).
 EOD_SCHEDULE = "0 22 * * 1-5"
+MAINTENANCE_SCHEDULE = "0 3 * * 0"  # Sundays, when no EOD run writes
 DEFAULT_ARGS: dict[str, Any] = {
     "owner": OWNER,
     "retries": 2,
@@ -331,6 +332,34 @@ per date).
             return _write_report(flow, args[args.index("--date") + 1])
 
         reconcile >> write_report.expand(args=dates)
+    return dag
+
+
+def maintenance_dag(flow: str) -> DAG:
+    """``maintenance_<flow>``: weekly table upkeep (compaction, VACUUM, log checkpoints)."""
+    settings = _settings()
+    with DAG(
+        dag_id=f"maintenance_{flow}",
+        schedule=MAINTENANCE_SCHEDULE,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        default_args=DEFAULT_ARGS,
+        tags=["streamshift", "maintenance", flow],
+        doc_md=f"""
+### Table upkeep for `{flow}`
+Sundays at 03:00 UTC: for every table of the flow in both layers, compaction of small files
+(the data does not change), VACUUM of files no version within the table's retention needs
+(Delta's default, 7 days), and a Delta log checkpoint (`streamshift maintain --flow {flow}`).
+""",
+    ) as dag:
+        spark_task(
+            "compact_vacuum_checkpoint",
+            "spark_jobs/maintain.py",
+            ["--flow", flow],
+            settings,
+            "Compaction, VACUUM (the tables' retention) and a log checkpoint of the flow's tables.",
+        )
     return dag
 
 
