@@ -1,8 +1,12 @@
-"""One EOD load as Airflow submits it (spark-submit spark_jobs/eod.py), bare vs tuned conf.
+"""One EOD load as Airflow submits it (spark-submit spark_jobs/eod.py), bare vs tuned conf,
+and tuned with the driver JVM compiling with C1 only.
 
 ``bare``: what every deployment needs (Delta, UTC) and the shuffle partitions; ``tuned``: plus
-``spark.tuning_conf`` (Delta log-replay partitions, UI off, ...), as the DAGs now submit.
-Alternates the two ``--repeat`` times on fresh warehouses and prints each time and the ratio.
+``spark.tuning_conf`` (Delta log-replay partitions, UI off, ...), as the DAGs now submit;
+``tuned_c1``: tuned, with ``SPARK_SUBMIT_OPTS=-XX:TieredStopAtLevel=1`` (no C2 JIT: a short job
+spends much of its CPU compiling code it runs a few times; the test suite runs this way).
+Alternates the three ``--repeat`` times on fresh warehouses and prints each wall time and CPU
+time (the job's process tree) and the ratios.
 Run: .venv/bin/python bench/submit_tuning.py [--trades N] [--repeat R]
 """
 
@@ -11,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -28,7 +33,13 @@ from streamshift.spark import jars, submit_conf, tuning_conf
 DAY = dt.date(2026, 11, 20)
 
 
-def submit(conf: dict[str, str], home: Path, eod: Path) -> float:
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def submit(conf: dict[str, str], home: Path, eod: Path, jvm_opts: str = "") -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one spark-submit."""
     settings = load_settings({}, home=home)
     args = [arg for k, v in conf.items() for arg in ("--conf", f"{k}={v}")]
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
@@ -39,7 +50,9 @@ def submit(conf: dict[str, str], home: Path, eod: Path) -> float:
         SPARK_LOCAL_IP="127.0.0.1",
         PYSPARK_PYTHON=sys.executable,
     )
-    started = time.monotonic()
+    if jvm_opts:
+        env["SPARK_SUBMIT_OPTS"] = jvm_opts
+    started, cpu = time.monotonic(), _children_cpu()
     subprocess.run(
         [
             str(bin_dir / "spark-submit"),
@@ -60,7 +73,7 @@ def submit(conf: dict[str, str], home: Path, eod: Path) -> float:
         check=True,
         capture_output=True,
     )
-    return time.monotonic() - started
+    return time.monotonic() - started, _children_cpu() - cpu
 
 
 def main() -> int:
@@ -71,18 +84,30 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="submit-tuning-"))
     eod = generate_day(DAY, args.trades, work / "files", seed=1, progress=False).eod
     settings = load_settings({}, home=work, spark_shuffle_partitions=2)
-    confs = {
-        "bare": {**submit_conf(settings), "spark.sql.shuffle.partitions": "2"},
-        "tuned": {**submit_conf(settings), **tuning_conf(settings)},
+    tuned = {**submit_conf(settings), **tuning_conf(settings)}
+    variants = {
+        "bare": ({**submit_conf(settings), "spark.sql.shuffle.partitions": "2"}, ""),
+        "tuned": (tuned, ""),
+        "tuned_c1": (tuned, "-XX:TieredStopAtLevel=1"),
     }
-    times: dict[str, list[float]] = {name: [] for name in confs}
+    wall: dict[str, list[float]] = {name: [] for name in variants}
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
     for i in range(args.repeat):
-        for name, conf in confs.items():
-            seconds = submit(conf, work / f"{name}-{i}", eod)
-            times[name].append(seconds)
-            print(f"{name:6} run {i + 1}: {seconds:.1f} s", flush=True)
-    bare, tuned = statistics.median(times["bare"]), statistics.median(times["tuned"])
-    print(f"median bare {bare:.1f} s, tuned {tuned:.1f} s, tuned/bare {tuned / bare:.2f}")
+        for name, (conf, opts) in variants.items():
+            seconds, cpu_seconds = submit(conf, work / f"{name}-{i}", eod, opts)
+            wall[name].append(seconds)
+            cpu[name].append(cpu_seconds)
+            print(
+                f"{name:8} run {i + 1}: {seconds:.1f} s wall, {cpu_seconds:.1f} s CPU", flush=True
+            )
+    w = {name: statistics.median(v) for name, v in wall.items()}
+    c = {name: statistics.median(v) for name, v in cpu.items()}
+    for name in variants:
+        print(f"median {name:8} {w[name]:.1f} s wall, {c[name]:.1f} s CPU")
+    print(f"tuned/bare wall {w['tuned'] / w['bare']:.2f}")
+    print(
+        f"tuned_c1/tuned wall {w['tuned_c1'] / w['tuned']:.2f}, CPU {c['tuned_c1'] / c['tuned']:.2f}"
+    )
     return 0
 
 
