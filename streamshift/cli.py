@@ -153,7 +153,23 @@ def _cmd_eod(args: argparse.Namespace) -> int:
     replace = args.replace or args.mode == "replace"
     result = run_eod(spark, target, args.date, args.file, replace=replace)
     print(result.describe())
+    if args.quality_run:
+        _quality_after(spark, settings, flow, args.date, args.layer, args.file, args.quality_run)
     return 0
+
+
+def _quality_after(spark, settings, flow, day, layer, file, run_id) -> None:  # type: ignore[no-untyped-def]
+    """The day's data-quality suites in this job's Spark application (one JVM per EOD run,
+    not two): recorded under ``run_id``; the verdict is the data_quality task's."""
+    from streamshift.quality.project import datasets
+    from streamshift.quality.validate import run_quality
+
+    if not datasets(flow.name):
+        print(f"flow {flow.name} has no data-quality suites: nothing to validate")
+        return
+    run = run_quality(spark, settings, flow, day, layer, file=file, run_id=run_id)
+    print(run.table(), end="")
+    print(f"{run.describe()} (run {run.run_id})")
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -185,6 +201,8 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
         correct=args.correct,
     )
     print(run.describe())
+    if args.quality_run:
+        _quality_after(spark, settings, flow, args.date, "stream", args.eod_file, args.quality_run)
     return 1 if args.fail_on_breaks and run.breaks else 0
 
 
@@ -463,6 +481,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the same as a flag: delta (default) or replace (the same as --replace)",
     )
     p.add_argument("--layer", choices=["batch", "stream"], default="batch")
+    p.add_argument(
+        "--quality-run",
+        metavar="RUN_ID",
+        help="then validate the day with the flow's data-quality suites in the same Spark "
+        "application, recorded in quality_runs under RUN_ID (the EOD DAG's data_quality task "
+        "gives the verdict); failed expectations do not change the exit status",
+    )
     p.set_defaults(handler=_cmd_eod)
 
     p = sub.add_parser(
@@ -564,6 +589,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="stage stream/kappa: apply the EOD file's differences to the stream "
         "layer (source eod_correction), then reconcile again",
+    )
+    p.add_argument(
+        "--quality-run",
+        metavar="RUN_ID",
+        help="then validate the day's stream layer (with --eod-file as the raw file) with the flow's data-quality suites in the same Spark "
+        "application, recorded in quality_runs under RUN_ID (the EOD DAG's data_quality task "
+        "gives the verdict); failed expectations do not change the exit status",
     )
     p.set_defaults(handler=_cmd_reconcile)
 

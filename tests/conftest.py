@@ -23,13 +23,32 @@ from streamshift.core.registry import flow_names
 from streamshift.core.settings import Settings, load_settings
 
 
+def _uses_stack(item: pytest.Item | None) -> bool:
+    return item is not None and "airflow_stack" in getattr(item, "fixturenames", ())
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the items
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``bin/test`` runs two workers, ``--dist loadgroup``) every test of
-    the shared Airflow stack runs in one worker, so the stack starts once."""
-    for item in items:
-        if "airflow_stack" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("airflow_stack"))
+    """The tests of the shared Airflow stack run one after another, first, in one worker
+    under pytest-xdist (``--dist loadgroup``): the stack starts once and is stopped after
+    the last of them (``pytest_runtest_teardown``) instead of idling through the suite."""
+    users = [item for item in items if _uses_stack(item)]
+    for item in users:
+        item.add_marker(pytest.mark.xdist_group("airflow_stack"))
+    items[:] = users + [item for item in items if not _uses_stack(item)]
+
+
+_STACK = pytest.StashKey[object]()
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the Airflow stack once no further test of this process needs it (its four
+    processes otherwise take a share of the two cores for the rest of the run)."""
+    if _uses_stack(item) and not _uses_stack(nextitem):
+        stack = item.config.stash.get(_STACK, None)
+        if stack is not None:
+            del item.config.stash[_STACK]
+            stack.down()  # type: ignore[attr-defined]
 
 
 @pytest.fixture(params=flow_names())
@@ -91,7 +110,7 @@ def table_root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def airflow_stack(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def airflow_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """One real local Airflow 3 per test session (API server, scheduler, DAG processor,
     triggerer) on a free 127.0.0.1 port; yields (settings, REST client)."""
     from streamshift.core.processes import free_port
@@ -111,10 +130,11 @@ def airflow_stack(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-
     )
     stack = LocalAirflow(stack_settings)
     stack.up(progress=False)
+    request.config.stash[_STACK] = stack
     try:
         yield stack_settings, stack.client()
     finally:
-        stack.down()
+        stack.down()  # idempotent: usually stopped already, after its last test
 
 
 @pytest.fixture

@@ -59,9 +59,9 @@ def test_two_writers_and_the_stream_supervisor(spark, kafka_settings, tmp_path: 
     LocalAirflow(settings).migrate()  # dag.test() needs the metadata database
     promote(spark, settings, FLOW.name, "shadow", by="test")
     promote(spark, settings, FLOW.name, "stream", force=True, reason="two-writers test", by="test")
-    files = land_day(settings, DAY, trades=600)
+    files = land_day(settings, DAY, trades=300)
     eod_rows = read_rows(files.eod, FLOW)
-    # The stream misses 40 trades that the EOD file has; the correction must bring them in.
+    # The stream misses 20 trades that the EOD file has; the correction must bring them in.
     day_events = [r for i, r in enumerate(eod_rows) if i % 15 != 7]
     corrections = read_rows(files.corrections, FLOW)
     events = day_events + corrections

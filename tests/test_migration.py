@@ -1,9 +1,9 @@
 """The migration story on generated days, end to end on real Kafka, Spark and Delta — for
 every flow (trades, telemetry): the kit runs them unchanged.
 
-batch for day 1; shadow for days 2-8 with a gap in the stream on day 3 (found, named, and
-blocking promotion); days 4-8 clean, so promotion to stream succeeds; in stream, day 9's
-missed row is repaired by the EOD correction and the second reconciliation is clean.
+batch for day 1; shadow for days 2-6 with a gap in the stream on day 3 (found, named, and
+blocking promotion while it is among the last three reconciled days, the promotion window);
+days 4-6 clean, so promotion to stream succeeds; in stream, day 7's missed row is repaired by the EOD correction and the second reconciliation is clean.
 Then the day's report renders with numbers that match the tables.
 """
 
@@ -34,7 +34,7 @@ from tests.stream_support import drain, isolated, new_topic, oracle
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
-DAYS = [dt.date(2026, 11, 2) + dt.timedelta(days=i) for i in range(9)]  # day 1 = DAYS[0]
+DAYS = [dt.date(2026, 11, 2) + dt.timedelta(days=i) for i in range(7)]  # day 1 = DAYS[0]
 
 
 class _Charts(HTMLParser):
@@ -53,7 +53,7 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
 ) -> None:  # type: ignore[no-untyped-def]
     FLOW = any_flow
     key, view = FLOW.key, FLOW.views[0]
-    settings = isolated(kafka_settings, tmp_path / "home", promotion_window=5)
+    settings = isolated(kafka_settings, tmp_path / "home", promotion_window=3)
     topic = new_topic(FLOW.name)
     generate_day = get_generator(FLOW.name)
     files = {
@@ -74,11 +74,11 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
     promote(spark, settings, FLOW.name, "shadow", by="test")
     assert current_stage(settings, FLOW.name) == "shadow"
 
-    # Days 2-8, stage shadow: the stream job writes the stream layer as the day goes; day 3's
+    # Days 2-6, stage shadow: the stream job writes the stream layer as the day goes; day 3's
     # stream misses two trades.
     gap_day = DAYS[2]
     missed: list[dict[str, str]] = []
-    for d in DAYS[1:8]:
+    for d in DAYS[1:6]:
         rows = read_rows(files[d].eod, FLOW)
         if d == gap_day:
             missed, rows = rows[:2], rows[2:]
@@ -89,7 +89,7 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
         run_eod(spark, batch, d, files[d].eod)
         return reconcile_date(spark, settings, FLOW, d)
 
-    for d in DAYS[1:6]:
+    for d in DAYS[1:5]:
         [parity] = eod_day(d)
         if d == gap_day:
             assert not parity.clean
@@ -103,11 +103,11 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
         promote(spark, settings, FLOW.name, "stream")
     assert f"{gap_day} had" in str(refused.value)
 
-    for d in DAYS[6:8]:
+    for d in DAYS[5:6]:
         [parity] = eod_day(d)
         assert parity.clean, parity.describe()
     change = promote(spark, settings, FLOW.name, "stream", by="test")
-    assert [e["business_date"] for e in change.evidence.dates] == DAYS[3:8][::-1]
+    assert [e["business_date"] for e in change.evidence.dates] == DAYS[3:6][::-1]
 
     # The serving read follows the stage: stream layer now (batch for closed dates in shadow).
     served = serving_view_rows(settings, FLOW, view.name, gap_day)
@@ -116,11 +116,11 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
     ).where(f"{FLOW.business_date} = DATE'{gap_day}'")
     assert sorted(served.rows) == sorted(tuple(r) for r in stream_positions.collect())
 
-    # Day 9, stage stream: the stream misses one trade; the EOD run reconciles the EOD file
+    # Day 7, stage stream: the stream misses one trade; the EOD run reconciles the EOD file
     # against the stream layer, applies the difference as a correction, and reconciles again.
-    d9 = DAYS[8]
-    eod_rows = read_rows(files[d9].eod, FLOW)
-    corrections = read_rows(files[d9].corrections, FLOW)
+    last = DAYS[6]
+    eod_rows = read_rows(files[last].eod, FLOW)
+    corrections = read_rows(files[last].corrections, FLOW)
     corrected = {r[key] for r in corrections}
     lost = next(r for r in eod_rows if r[key] not in corrected)
     produce_rows(
@@ -133,29 +133,29 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
     drain(spark, settings, topic, flow=FLOW)
     final = {r[key]: r for r in eod_rows}
     final.update({r[key]: r for r in corrections})
-    eod_file = tmp_path / f"{FLOW.name}_final_{d9}.csv"
+    eod_file = tmp_path / f"{FLOW.name}_final_{last}.csv"
     with open(eod_file, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=FLOW.columns)
         writer.writeheader()
         writer.writerows(final.values())
 
-    clearing = files[d9].external
+    clearing = files[last].external
     first = {
         r.recon: r
         for r in reconcile_date(
-            spark, settings, FLOW, d9, against=clearing, eod_file=eod_file, parity=False
+            spark, settings, FLOW, last, against=clearing, eod_file=eod_file, parity=False
         )
     }
     assert first["eod_file"].by_kind == {"missing_left": 1, "missing_right": 0, "value_mismatch": 0}
     assert [b["key"] for b in first["eod_file"].worst] == [
         json.dumps({key: lost[key]}, separators=(",", ":"))
     ]
-    applied = eod_correct(spark, settings, FLOW, d9, eod_file)
+    applied = eod_correct(spark, settings, FLOW, last, eod_file)
     assert applied.applied == 1
     second = {
         r.recon: r
         for r in reconcile_date(
-            spark, settings, FLOW, d9, against=clearing, eod_file=eod_file, parity=False
+            spark, settings, FLOW, last, against=clearing, eod_file=eod_file, parity=False
         )
     }
     assert second["eod_file"].clean
@@ -173,13 +173,13 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
     )
     assert source["_source"] == "eod_correction"
 
-    # Data quality with the flow's own suites, on day 9 of the stream layer; the report shows it.
-    quality = run_quality(spark, settings, FLOW, d9, "stream", file=files[d9].eod)
+    # Data quality with the flow's own suites on day 7's stream layer; the report shows it.
+    quality = run_quality(spark, settings, FLOW, last, "stream", file=files[last].eod)
     assert {c.suite for c in quality.checks} == {f"{FLOW.name}.{d}" for d in datasets(FLOW.name)}
     assert len(quality.checks) >= 10 and quality.failures == [], quality.table()
 
     # The report: renders, charts present, numbers equal to the tables.
-    html_path, json_path = write_report(settings, FLOW.name, d9)
+    html_path, json_path = write_report(settings, FLOW.name, last)
     parser = _Charts()
     parser.feed(html_path.read_text())
     assert parser.figures == 5 and parser.svgs >= 5 and parser.tables >= 2
@@ -187,7 +187,7 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
     assert summary["stage"] == "stream"
     assert sum(summary["quality"]["counts"].values()) == len(quality.checks)
     assert summary["breaks_by_kind"] == second["external"].by_kind  # eod_file is clean
-    runs = read(spark, recon_runs_path(settings)).where(f"business_date = DATE'{d9}'")
+    runs = read(spark, recon_runs_path(settings)).where(f"business_date = DATE'{last}'")
     assert len(summary["reconciliations"]) == 2 and runs.count() == 4  # two runs of two recons
     breaks_today = (
         read(spark, recon_breaks_path(settings))
@@ -196,17 +196,17 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
     )
     assert breaks_today == len(summary["worst_breaks"]) == 4
     streak = {s["business_date"]: s["breaks"] for s in summary["parity_streak"]}
-    assert set(streak) == {str(d) for d in DAYS[1:8]} and streak[str(gap_day)] > 0
+    assert set(streak) == {str(d) for d in DAYS[1:6]} and streak[str(gap_day)] > 0
     assert [(c["from_stage"], c["to_stage"]) for c in summary["stage_history"]] == [
         ("batch", "shadow"),
         ("shadow", "stream"),
     ]
 
     # Every table of the warehouse reads the same without a JVM (deltalake, what show, stage,
-    # the report and the Airflow page use) as through Spark, deletion vectors and all: day 9's
+    # the report and the Airflow page use) as through Spark, deletion vectors and all: day 7's
     # corrections applied to the batch layer after its EOD file update rows in place.
-    run_eod(spark, batch, d9, files[d9].eod)
-    run_eod(spark, batch, d9, files[d9].corrections)
+    run_eod(spark, batch, last, files[last].eod)
+    run_eod(spark, batch, last, files[last].corrections)
     tables = jvm_free.delta_tables(settings.warehouse)
     assert len(tables) >= 12
     for path in tables:

@@ -12,6 +12,7 @@ import pytest
 from streamshift.core.settings import load_settings
 from streamshift.orchestrate import tasks as T
 from streamshift.orchestrate.supervise import health
+from streamshift.quality.project import QualityError
 
 DAY = dt.date(2026, 11, 20)
 
@@ -56,12 +57,21 @@ def test_inputs_follow_the_stage(settings) -> None:  # type: ignore[no-untyped-d
     batch = T.resolve_inputs(settings, "trades", {}, DAY, "batch")
     assert batch["business_date"] == "2026-11-20" and batch["mode"] == "delta"
     assert batch["path"] == "load_eod_file" and batch["reconcile"] is False
-    assert batch["load_args"][-4:] == ["--mode", "delta", "--layer", "batch"]
+    run_id = batch["quality_run"]
+    assert batch["load_args"][-6:] == [
+        "--mode",
+        "delta",
+        "--layer",
+        "batch",
+        "--quality-run",
+        run_id,
+    ]
 
     shadow = T.resolve_inputs(settings, "trades", {"mode": "replace"}, DAY, "shadow")
     assert shadow["path"] == "load_eod_file" and shadow["reconcile"] is True
     assert "--no-parity" not in shadow["reconcile_args"]
-    assert shadow["load_args"][-4:] == ["--mode", "replace", "--layer", "batch"]
+    assert shadow["load_args"][-6:-2] == ["--mode", "replace", "--layer", "batch"]
+    assert shadow["quality_run"] != run_id  # one quality run per DAG run
 
     external = T.external_file(settings, "trades", "2026-11-20")
     external.write_text("business_date,book,instrument\n")
@@ -78,6 +88,8 @@ def test_inputs_follow_the_stage(settings) -> None:  # type: ignore[no-untyped-d
         "--no-parity",
         "--against",
         str(external),
+        "--quality-run",
+        stream["quality_run"],
     ]
 
     with pytest.raises(T.InputError, match="not a date"):
@@ -136,3 +148,13 @@ def test_a_failing_job_leaves_its_one_line_error_for_the_orchestrator(tmp_path: 
     said = error_file.read_text().strip()
     assert said.startswith("EOD file ") and said.endswith("pass the path of an existing CSV file")
     assert said in done.stderr
+
+
+def test_the_quality_verdict_needs_the_jobs_recorded_checks(settings) -> None:  # type: ignore[no-untyped-def]
+    """The data_quality task judges what the day's Spark job recorded under the run's id; a
+    job that never validated (it failed first) is an error that says where to look."""
+    inputs = T.resolve_inputs(settings, "trades", {}, DAY, "batch")
+    with pytest.raises(
+        QualityError, match=f"no data-quality results under run {inputs['quality_run']}"
+    ):
+        T.quality_verdict(settings, inputs)

@@ -21,6 +21,7 @@ from airflow.sdk import DAG, Param, TriggerRule, get_current_context, task
 
 from streamshift.core.settings import REPO_ROOT, Settings, load_settings
 from streamshift.orchestrate import tasks as T
+from streamshift.quality.project import QualityError
 
 OWNER = "streamshift"
 SPARK_POOL = T.SPARK_POOL
@@ -171,8 +172,10 @@ Runs on business days after the close (or triggered with params). Finds the EOD 
 * `stream`, `kappa`: **correct_stream_layer** reconciles the file against the stream layer and
   applies the differences as corrections.
 
-Then **data_quality** (Great Expectations: a `fail` expectation fails the run naming it, a `warn`
-one is recorded), **write_report** and **publish_summary** (XCom + one line in the log). Backfill with
+The Spark job that writes the day also validates it with the flow's Great Expectations suites, in
+the same application; then **data_quality** gives the verdict (a `fail` expectation fails the run
+naming it, a `warn` one is recorded), **write_report** and **publish_summary** (XCom + one line in
+the log). Backfill with
 `airflow backfill create --dag-id eod_{flow} --from-date D1 --to-date D2`.
 """,
     ) as dag:
@@ -244,16 +247,30 @@ one is recorded), **write_report** and **publish_summary** (XCom + one line in t
             "Reconcile stream vs batch and against external files.",
         )
 
-        quality = spark_task(
-            "data_quality",
-            "spark_jobs/quality.py",
-            inputs["quality_args"],
-            settings,
-            "Great Expectations on the day's data (`spark_jobs/quality.py`): an expectation with "
-            "policy `fail` fails this task naming it; `warn` is recorded and the run goes on.",
+        @task(
+            task_id="data_quality",
             trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
             retries=0,  # a failed expectation fails the same way again
+            doc_md="The verdict of the Great Expectations checks the load (or correction) job "
+            "ran on the day in its Spark application, read from `quality_runs` without a JVM: "
+            "an expectation with policy `fail` fails this task naming it; `warn` is recorded "
+            "and the run goes on.",
         )
+        def data_quality(resolved: dict[str, Any]) -> dict[str, int]:
+            from airflow.sdk.exceptions import AirflowFailException
+
+            with _no_retry_on(QualityError):
+                run = T.quality_verdict(_settings(), resolved)
+            if run is None:
+                print(f"flow {flow} has no data-quality suites: nothing to check")
+                return {}
+            print(run.table(), end="")
+            print(f"{run.describe()} (run {run.run_id})")
+            if run.failures:
+                raise AirflowFailException(f"data_quality failed: {run.failure_line()}")
+            return run.counts()
+
+        quality = data_quality(inputs)
 
         @task(
             # Also after a failed quality check (the report shows it); not when resolve_inputs,

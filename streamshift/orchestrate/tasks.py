@@ -19,6 +19,7 @@ from typing import Any
 
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.settings import Settings
+from streamshift.quality.project import QualityError, QualityRun, datasets, new_run_id
 
 MODES = ("delta", "replace")
 # Spark jobs queue for this pool's slots (one on the local stack: two cores); runs waiting for
@@ -87,6 +88,9 @@ def resolve_inputs(
     path = resolve_in_landing(landing, params.get("file") or default_file(flow, business_date))
     loading = stage in LOADING_STAGES
     common = ["--flow", flow, "--date", business_date]
+    # The Spark job that writes the day (load or correction) validates it in the same
+    # application, recorded under this id; the data_quality task reads the verdict.
+    quality_run = new_run_id()
     against = _against(settings, flow, business_date)
     reconcile_args = reconcile_arguments(settings, flow, business_date, stage)
     return {
@@ -99,17 +103,18 @@ def resolve_inputs(
         "path": "load_eod_file" if loading else "correct_stream_layer",
         # Batch: only an external file to reconcile against; shadow: stream vs batch too.
         "reconcile": bool(reconcile_args),
-        "load_args": [*common, "--file", str(path), "--mode", mode, "--layer", "batch"],
-        "reconcile_args": reconcile_args,
-        "correct_args": [*common, "--eod-file", str(path), "--correct", "--no-parity", *against],
-        # The layer the day was written to: batch (batch, shadow) or stream (stream, kappa).
-        "quality_args": [
+        "load_args": [
             *common,
-            "--layer",
-            "batch" if loading else "stream",
-            "--file",
-            str(path),
+            *("--file", str(path), "--mode", mode, "--layer", "batch"),
+            *("--quality-run", quality_run),
         ],
+        "reconcile_args": reconcile_args,
+        "correct_args": [
+            *common,
+            *("--eod-file", str(path), "--correct", "--no-parity", *against),
+            *("--quality-run", quality_run),
+        ],
+        "quality_run": quality_run,
     }
 
 
@@ -140,6 +145,32 @@ def check_raw_file(settings: Settings, inputs: dict[str, Any]) -> dict[str, Any]
     path = resolve_in_landing(landing, str(Path(inputs["file"]).relative_to(landing.resolve())))
     layout = check_file(path, get_flow(inputs["flow"]), whole_day=inputs["mode"] == "replace")
     return {"file": str(path), "data_lines": layout.data_lines, "columns": layout.header}
+
+
+def quality_verdict(settings: Settings, inputs: dict[str, Any]) -> QualityRun | None:
+    """The data-quality checks the day's Spark job recorded under the run's id (read without
+    a JVM); ``None`` for a flow without suites. Raises :class:`QualityError` when the job
+    recorded none (it failed before validating) and the caller fails on ``run.failures``."""
+    from streamshift.quality.project import Check
+    from streamshift.read.control import quality_run_rows
+
+    flow, run_id = inputs["flow"], inputs["quality_run"]
+    if not datasets(flow):
+        return None
+    found = quality_run_rows(settings, flow, dt.date.fromisoformat(inputs["business_date"]), run_id)
+    if not found:
+        raise QualityError(
+            f"no data-quality results under run {run_id}: the job that wrote "
+            f"{flow} {inputs['business_date']} did not validate it; see its task log"
+        )
+    run = QualityRun(run_id, flow, inputs["business_date"], str(found[0]["layer"]))
+    run.checks = [
+        Check(
+            r["suite"], r["expectation"], r["policy"], r["success"], r["observed"], r["threshold"]
+        )
+        for r in found
+    ]
+    return run
 
 
 def summary(settings: Settings, inputs: dict[str, Any]) -> tuple[dict[str, Any], str]:

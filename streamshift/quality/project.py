@@ -15,7 +15,9 @@ and the Airflow page read results from the ``quality_runs`` Delta table through 
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,6 +99,11 @@ class Check:
         if self.success:
             return "pass"
         return "FAIL" if self.policy == "fail" else "warn"
+
+
+def new_run_id() -> str:
+    """A quality run's id: its UTC start, then a short random part (ids sort by time)."""
+    return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
 
 
 @dataclass

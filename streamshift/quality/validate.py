@@ -28,7 +28,6 @@ import os
 import shutil
 import statistics
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +45,7 @@ from streamshift.quality.project import (
     QualityError,
     QualityRun,
     datasets,
+    new_run_id,
     suite_document,
 )
 from streamshift.write.target import Target, ensure_table
@@ -347,10 +347,11 @@ def validate_frames(
     frames: dict[str, tuple[DataFrame, dict[str, Any]]],
     *,
     build_docs: bool = True,
+    run_id: str | None = None,
 ) -> QualityRun:
     """Run each suite's checkpoint on its DataFrame with its parameters."""
     run = QualityRun(
-        run_id=dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6],
+        run_id=run_id or new_run_id(),
         flow=flow.name,
         business_date=day.isoformat(),
         layer=layer,
@@ -423,9 +424,11 @@ def run_quality(
     layer: str,
     file: Path | None = None,
     only: list[str] | None = None,
+    run_id: str | None = None,
 ) -> QualityRun:
     """The quality job: every suite of the flow (or ``only`` these datasets) on the date's
-    data in ``layer``; results recorded in ``quality_runs``, Data Docs rebuilt."""
+    data in ``layer``; results recorded in ``quality_runs`` (under ``run_id`` when given),
+    Data Docs rebuilt."""
     target = Target.open(spark, settings, flow, layer)
     wanted = only or datasets(flow.name)
     unknown = sorted(set(wanted) - set(datasets(flow.name)))
@@ -459,7 +462,7 @@ def run_quality(
         params = parameters(spark, target, document, dataset, day, facts, pair)
         frames[dataset] = (frame if dataset == "current" else frame.persist(), params)
     try:
-        run = validate_frames(settings, flow, day, layer, frames)
+        run = validate_frames(settings, flow, day, layer, frames, run_id=run_id)
     finally:
         for frame, _ in frames.values():
             frame.unpersist()

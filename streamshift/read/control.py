@@ -128,6 +128,21 @@ def quality_results(
     return sorted(kept, key=lambda r: (r["business_date"], r["suite"], r["layer"]))
 
 
+def quality_run_rows(
+    settings: Settings, flow: str, business_date: dt.date, run_id: str
+) -> list[dict[str, Any]]:
+    """The checks recorded under one quality run id, by suite and expectation; when the run
+    was recorded twice (its job re-ran), the later recording."""
+    where = [("flow", "=", flow), ("business_date", "=", business_date), ("run_id", "=", run_id)]
+    found = rows(_control(settings).quality_runs, where=where)
+    if not found:
+        return []
+    last = max(r["run_at"] for r in found)
+    return sorted(
+        (r for r in found if r["run_at"] == last), key=lambda r: (r["suite"], r["expectation"])
+    )
+
+
 def quality_failures_by_date(
     settings: Settings, flow: str, suites: list[str]
 ) -> dict[dt.date, list[str]]:

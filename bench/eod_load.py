@@ -1,0 +1,111 @@
+"""EOD load: a generated day through streamshift vs a minimal hand-written PySpark job.
+
+Both sides load the same N-trade EOD file (default 1,000,000) into empty Delta tables, in one
+SparkSession, alternating, ``--repeat`` times each; the figure is the median wall time.
+
+* streamshift: ``run_eod`` (the file checks, every rule with quarantine, history, the
+  current-state MERGE, the positions view, the eod_runs record) — what ``streamshift eod`` and
+  the EOD DAG's load task run;
+* hand-written: read the CSV with the flow's schema, keep the latest version per trade, join
+  the reference data (the flow's own ``prepare``), write current state and positions (the flow's
+  own view) as Delta overwrites. No validation, no quarantine, no history, no idempotence: the
+  floor a team would write by hand for the same tables.
+
+Prints both medians and the ratio (goal: streamshift <= 1.5x the hand-written job).
+Run: .venv/bin/python bench/eod_load.py [--trades N] [--repeat K]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+from flows.trades.generate import generate_day
+from streamshift.core.flow import Flow
+from streamshift.core.registry import get_flow
+from streamshift.core.settings import load_settings
+from streamshift.jobs.eod import run_eod
+from streamshift.spark import get_spark
+from streamshift.write.target import Target, load_reference
+
+DAY = dt.date(2026, 11, 20)
+
+
+def hand_written(spark: SparkSession, flow: Flow, file: Path, out: Path) -> int:
+    """The minimal PySpark job: CSV → latest per key → reference joins → two Delta tables."""
+    typed = spark.read.csv(str(file), header=True, schema=flow.schema, mode="PERMISSIVE")
+    latest = (
+        typed.withColumn(
+            "_n",
+            F.row_number().over(Window.partitionBy(flow.key).orderBy(F.col(flow.version).desc())),
+        )
+        .where(F.col("_n") == 1)
+        .drop("_n")
+    )
+    current = flow.prepare(latest, load_reference(spark, flow))
+    current.write.format("delta").mode("overwrite").partitionBy(flow.business_date).save(
+        str(out / "current")
+    )
+    written = spark.read.format("delta").load(str(out / "current"))
+    live = written.where(~flow.deleted())
+    view = flow.views[0]
+    view.compute(live).write.format("delta").mode("overwrite").save(str(out / view.name))
+    return int(spark.read.format("delta").load(str(out / view.name)).count())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trades", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=2, help="timed loads of each side")
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args()
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
+    flow = get_flow("trades")
+    print(f"[bench] generating {args.trades} trades in {work}", flush=True)
+    files = generate_day(DAY, args.trades, work / "files", seed=3)
+    spark = get_spark(load_settings(home=work / "home-0"), app_name="bench-eod-load")
+
+    ours, theirs = [], []
+    for i in range(args.repeat):
+        home = work / f"home-{i}"
+        settings = load_settings(home=home)
+        target = Target.open(spark, settings, flow, "batch")
+        t = time.perf_counter()
+        result = run_eod(spark, target, DAY, files.eod)
+        ours.append(time.perf_counter() - t)
+        print(
+            f"[bench] streamshift load {i + 1}: {ours[-1]:.1f}s ({result.describe()})", flush=True
+        )
+
+        out = work / f"hand-{i}"
+        t = time.perf_counter()
+        groups = hand_written(spark, flow, files.eod, out)
+        theirs.append(time.perf_counter() - t)
+        print(
+            f"[bench] hand-written load {i + 1}: {theirs[-1]:.1f}s ({groups} positions)", flush=True
+        )
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(home / "warehouse", ignore_errors=True)
+
+    a, b = statistics.median(ours), statistics.median(theirs)
+    print(f"\ntrades in the day:             {args.trades}")
+    print(f"streamshift EOD load (median):  {a:.1f} s")
+    print(f"hand-written PySpark (median):  {b:.1f} s")
+    print(f"ratio streamshift/hand-written: {a / b:.2f} (goal <= 1.5)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
