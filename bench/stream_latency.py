@@ -183,6 +183,9 @@ def main() -> int:
     print(
         "median step:  " + ", ".join(f"{k} {statistics.median(v):.2f}s" for k, v in steps.items())
     )
+    jobs = [b["spark_jobs"] for b in measured_batches if b.get("spark_jobs") is not None]
+    if jobs:
+        print(f"spark jobs:   median {statistics.median(jobs):.0f} per batch, max {max(jobs)}")
     print(f"latency p50:  {_percentile(latencies, 0.50):.2f} s (goal <= 1 s)")
     print(f"latency p95:  {_percentile(latencies, 0.95):.2f} s")
     print(f"latency p99:  {_percentile(latencies, 0.99):.2f} s (goal <= 3 s)")

@@ -112,6 +112,8 @@ def test_stream_and_eod_batch_reach_the_same_state(
     batches = list(read_progress(progress_path(settings.home, flow.name, "stream")))
     assert sum(b["input_rows"] for b in batches) == len(rows)
     assert batches[-1]["lag"] == 0 and all(b["accepted"] is not None for b in batches)
+    # Each batch reports the Spark jobs it ran (its query's job group), for the speed work.
+    assert all(b["spark_jobs"] >= 3 for b in batches if b["input_rows"]), batches
 
     # A second run finds nothing new and changes nothing.
     again = drain(spark, settings, topic, flow=flow)

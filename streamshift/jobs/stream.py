@@ -192,6 +192,11 @@ def batch_writer(
 
     def write(batch: DataFrame, batch_id: int) -> None:
         stop.enter()
+        # Spark runs a query's jobs under its run id as the job group: the jobs this call adds
+        # to the group are the micro-batch's (reported per batch in the progress log).
+        jobs = target.spark.sparkContext
+        group = jobs.getLocalProperty("spark.jobGroup.id")
+        before = set(jobs.statusTracker().getJobIdsForGroup(group)) if group else set()
         try:
             started = time.perf_counter()
             decoded = batch.transform(decode(flow)).persist()
@@ -218,6 +223,9 @@ def batch_writer(
                     )
                     for old in sorted(totals.sampled)[:-5]:
                         del totals.sampled[old]
+                if group:
+                    ran = set(jobs.statusTracker().getJobIdsForGroup(group)) - before
+                    result.spark_jobs = len(ran)
                 totals.add(batch_id, result, dead)
             finally:
                 decoded.unpersist()
@@ -297,6 +305,7 @@ class ProgressRecorder(StreamingQueryListener):
             "lag": heartbeat.offsets_lag(latest, processed),
             "views_committed_at": result.views_committed_at if result else None,
             "seconds_by_step": result.seconds_by_step if result else None,
+            "spark_jobs": result.spark_jobs if result else None,
             "accepted": result.accepted if result else None,
             "rejected": result.rejected if result else None,
             "late": result.late if result else None,

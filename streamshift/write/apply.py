@@ -93,6 +93,7 @@ class ApplyResult:
     rejected_by_rule: dict[str, int] = field(default_factory=dict)
     seconds_by_step: dict[str, float] = field(default_factory=dict)
     views_committed_at: float | None = None  # wall clock when the views showed the changes
+    spark_jobs: int | None = None  # Spark jobs the micro-batch ran (streaming only)
 
     def describe(self) -> str:
         groups = ", ".join(f"{v} {k} groups" for k, v in self.touched_groups.items())
