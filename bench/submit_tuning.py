@@ -4,7 +4,9 @@ and tuned with the driver JVM compiling with C1 only.
 ``bare``: what every deployment needs (Delta, UTC) and the shuffle partitions; ``tuned``: plus
 ``spark.tuning_conf`` (Delta log-replay partitions, UI off, ...), as the DAGs now submit;
 ``tuned_c1``: tuned, with ``SPARK_SUBMIT_OPTS=-XX:TieredStopAtLevel=1`` (no C2 JIT: a short job
-spends much of its CPU compiling code it runs a few times; the test suite runs this way).
+spends much of its CPU compiling code it runs a few times; the test suite runs this way);
+``c1_interpreted``: tuned_c1 without Spark's code generation (whole-stage and expression codegen
+off: small data is evaluated faster than Janino compiles the code for it).
 Alternates the three ``--repeat`` times on fresh warehouses and prints each wall time and CPU
 time (the job's process tree) and the ratios.
 Run: .venv/bin/python bench/submit_tuning.py [--trades N] [--repeat R]
@@ -31,6 +33,10 @@ from streamshift.core.settings import load_settings
 from streamshift.spark import jars, submit_conf, tuning_conf
 
 DAY = dt.date(2026, 11, 20)
+INTERPRETED = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
 
 
 def _children_cpu() -> float:
@@ -80,6 +86,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trades", type=int, default=300)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--variants", nargs="*", help="run only these variants")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="submit-tuning-"))
     eod = generate_day(DAY, args.trades, work / "files", seed=1, progress=False).eod
@@ -89,7 +96,10 @@ def main() -> int:
         "bare": ({**submit_conf(settings), "spark.sql.shuffle.partitions": "2"}, ""),
         "tuned": (tuned, ""),
         "tuned_c1": (tuned, "-XX:TieredStopAtLevel=1"),
+        "c1_interpreted": ({**tuned, **INTERPRETED}, "-XX:TieredStopAtLevel=1"),
     }
+    if args.variants:
+        variants = {name: variants[name] for name in args.variants}
     wall: dict[str, list[float]] = {name: [] for name in variants}
     cpu: dict[str, list[float]] = {name: [] for name in variants}
     for i in range(args.repeat):
@@ -104,10 +114,9 @@ def main() -> int:
     c = {name: statistics.median(v) for name, v in cpu.items()}
     for name in variants:
         print(f"median {name:8} {w[name]:.1f} s wall, {c[name]:.1f} s CPU")
-    print(f"tuned/bare wall {w['tuned'] / w['bare']:.2f}")
-    print(
-        f"tuned_c1/tuned wall {w['tuned_c1'] / w['tuned']:.2f}, CPU {c['tuned_c1'] / c['tuned']:.2f}"
-    )
+    for a, b in (("tuned", "bare"), ("tuned_c1", "tuned"), ("c1_interpreted", "tuned_c1")):
+        if a in w and b in w:
+            print(f"{a}/{b} wall {w[a] / w[b]:.2f}, CPU {c[a] / c[b]:.2f}")
     return 0
 
 

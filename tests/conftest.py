@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# pytest-xdist runs its workers under execnet, whose __main__ module has neither __spec__ nor
+# __file__: PySpark's Connect package (which Great Expectations imports) then takes the process
+# for a doctest run and calls sys.exit(0) — inside a foreachBatch callback that leaves the JVM
+# waiting for an answer forever. A worker's __main__ gets a descriptive __file__.
+_main = sys.modules["__main__"]
+if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
+    _main.__file__ = "<pytest-xdist worker>"
 
 # Tests never read the developer's STREAMSHIFT_* environment: each builds its own settings.
 for _name in [n for n in os.environ if n.startswith("STREAMSHIFT_") and n != "STREAMSHIFT_PYTHON"]:

@@ -229,6 +229,10 @@ def batch_writer(
                 totals.add(batch_id, result, dead)
             finally:
                 decoded.unpersist()
+        except SystemExit as exc:
+            # py4j answers the JVM only for an Exception: a SystemExit escaping a callback
+            # would leave the micro-batch waiting forever. Fail the batch (and the query).
+            raise RuntimeError(f"batch {batch_id} stopped by SystemExit({exc.code!r})") from exc
         finally:
             stop.leave()
 
