@@ -384,6 +384,17 @@ def _cmd_submit_args(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_quality_run(p: argparse.ArgumentParser, what: str) -> None:
+    """``--quality-run``, for the jobs that write a day (the EOD DAG's load and correction)."""
+    p.add_argument(
+        "--quality-run",
+        metavar="RUN_ID",
+        help=f"then validate {what} with the flow's data-quality suites in the same Spark "
+        "application, recorded in quality_runs under RUN_ID (the EOD DAG's data_quality task "
+        "gives the verdict); failed expectations do not change the exit status",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="streamshift",
@@ -481,13 +492,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the same as a flag: delta (default) or replace (the same as --replace)",
     )
     p.add_argument("--layer", choices=["batch", "stream"], default="batch")
-    p.add_argument(
-        "--quality-run",
-        metavar="RUN_ID",
-        help="then validate the day with the flow's data-quality suites in the same Spark "
-        "application, recorded in quality_runs under RUN_ID (the EOD DAG's data_quality task "
-        "gives the verdict); failed expectations do not change the exit status",
-    )
+    _add_quality_run(p, "the day")
     p.set_defaults(handler=_cmd_eod)
 
     p = sub.add_parser(
@@ -590,13 +595,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="stage stream/kappa: apply the EOD file's differences to the stream "
         "layer (source eod_correction), then reconcile again",
     )
-    p.add_argument(
-        "--quality-run",
-        metavar="RUN_ID",
-        help="then validate the day's stream layer (with --eod-file as the raw file) with the flow's data-quality suites in the same Spark "
-        "application, recorded in quality_runs under RUN_ID (the EOD DAG's data_quality task "
-        "gives the verdict); failed expectations do not change the exit status",
-    )
+    _add_quality_run(p, "the day's stream layer (with --eod-file as the raw file)")
     p.set_defaults(handler=_cmd_reconcile)
 
     p = sub.add_parser(
