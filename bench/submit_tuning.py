@@ -6,7 +6,9 @@ and tuned with the driver JVM compiling with C1 only.
 ``tuned_c1``: tuned, with ``SPARK_SUBMIT_OPTS=-XX:TieredStopAtLevel=1`` (no C2 JIT: a short job
 spends much of its CPU compiling code it runs a few times; the test suite runs this way);
 ``c1_interpreted``: tuned_c1 without Spark's code generation (whole-stage and expression codegen
-off: small data is evaluated faster than Janino compiles the code for it).
+off: small data is evaluated faster than Janino compiles the code for it);
+``c1_no_cds``: tuned_c1 without the class-data-sharing archive scripts/setup makes (the driver
+loads its ~25,000 classes from the jars; ``streamshift.local.cds``).
 Alternates the three ``--repeat`` times on fresh warehouses and prints each wall time and CPU
 time (the job's process tree) and the ratios.
 Run: .venv/bin/python bench/submit_tuning.py [--trades N] [--repeat R]
@@ -92,11 +94,16 @@ def main() -> int:
     eod = generate_day(DAY, args.trades, work / "files", seed=1, progress=False).eod
     settings = load_settings({}, home=work, spark_shuffle_partitions=2)
     tuned = {**submit_conf(settings), **tuning_conf(settings)}
+    no_cds = {
+        **tuned,
+        "spark.driver.extraJavaOptions": submit_conf(settings)["spark.executor.extraJavaOptions"],
+    }
     variants = {
         "bare": ({**submit_conf(settings), "spark.sql.shuffle.partitions": "2"}, ""),
         "tuned": (tuned, ""),
         "tuned_c1": (tuned, "-XX:TieredStopAtLevel=1"),
         "c1_interpreted": ({**tuned, **INTERPRETED}, "-XX:TieredStopAtLevel=1"),
+        "c1_no_cds": (no_cds, "-XX:TieredStopAtLevel=1"),
     }
     if args.variants:
         variants = {name: variants[name] for name in args.variants}
@@ -114,7 +121,12 @@ def main() -> int:
     c = {name: statistics.median(v) for name, v in cpu.items()}
     for name in variants:
         print(f"median {name:8} {w[name]:.1f} s wall, {c[name]:.1f} s CPU")
-    for a, b in (("tuned", "bare"), ("tuned_c1", "tuned"), ("c1_interpreted", "tuned_c1")):
+    for a, b in (
+        ("tuned", "bare"),
+        ("tuned_c1", "tuned"),
+        ("c1_interpreted", "tuned_c1"),
+        ("tuned_c1", "c1_no_cds"),
+    ):
         if a in w and b in w:
             print(f"{a}/{b} wall {w[a] / w[b]:.2f}, CPU {c[a] / c[b]:.2f}")
     return 0

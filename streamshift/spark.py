@@ -51,11 +51,15 @@ def deployment_conf(settings: Settings) -> dict[str, str]:
 
 def submit_conf(settings: Settings) -> dict[str, str]:
     """``--conf`` values a submission carries besides master and jars (JVM in UTC, quiet logs)."""
+    from streamshift.local.cds import driver_options
+
     log4j = settings.jars_dir / "log4j2-spark.properties"
     java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Duser.timezone=UTC"
     return {
         **deployment_conf(settings),
-        "spark.driver.extraJavaOptions": java_opts,
+        # The driver maps the classes scripts/setup archived (streamshift.local.cds); an
+        # executor's JVM has another classpath, so it could not use them.
+        "spark.driver.extraJavaOptions": f"{java_opts} {driver_options(settings)}".strip(),
         "spark.executor.extraJavaOptions": java_opts,
     }
 

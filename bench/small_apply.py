@@ -1,0 +1,120 @@
+"""The fixed cost of a small apply (a micro-batch, a correction file), A/B over session confs.
+
+A stream's micro-batch of ~1,000 events, a corrections file of a few hundred rows and every
+EOD day in the test suite are small applies: their cost is the write path's fixed cost (Spark
+jobs, Delta commits and log reads), not their data. One Spark session loads a day of
+``--trades`` trades, then applies ``--batches`` batches of ``--rows`` amendments per variant,
+the variants alternating batch by batch, and prints the median seconds per apply, the median
+per step, and each variant's ratio to the first.
+
+Variants are Spark session confs set before each of that variant's applies:
+  base            the local profile as shipped
+  no_materialize  ``spark.databricks.delta.merge.materializeSource=none``: the MERGE does not
+                  first copy its source (Delta refuses it for our cached sources)
+  no_aqe          ``spark.sql.adaptive.enabled=false``: one job per query instead of one per
+                  query stage, with no re-planning between them
+Run: .venv/bin/python bench/small_apply.py [--trades N] [--rows R] [--batches B] [--variants ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pyspark.sql import functions as F
+
+from flows.trades.generate import generate_day
+from streamshift.core.contract import IS_DELETED
+from streamshift.core.registry import get_flow
+from streamshift.core.settings import load_settings
+from streamshift.jobs.eod import run_eod
+from streamshift.spark import get_spark
+from streamshift.write.apply import apply_changes
+from streamshift.write.target import Target, read
+from streamshift.write.transforms import raw_schema
+
+DAY = dt.date(2026, 11, 20)
+VARIANTS: dict[str, dict[str, str]] = {
+    "base": {},
+    "no_materialize": {"spark.databricks.delta.merge.materializeSource": "none"},
+    "no_aqe": {"spark.sql.adaptive.enabled": "false"},
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trades", type=int, default=5_000, help="size of the loaded day")
+    parser.add_argument("--rows", type=int, default=60, help="amendments per apply")
+    parser.add_argument("--batches", type=int, default=6, help="applies per variant")
+    parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="streamshift-small-apply-"))
+    settings = load_settings(home=work / "home")
+    flow = get_flow("trades")
+    files = generate_day(DAY, args.trades, work / "files", seed=5, progress=False)
+    spark = get_spark(settings, app_name="bench-small-apply")
+    target = Target.open(spark, settings, flow, "batch")
+    run_eod(spark, target, DAY, files.eod)
+    live = read(spark, target.tables.current).where(~F.col(IS_DELETED))
+    pool = live.limit(args.rows * args.batches * len(args.variants) + args.rows).collect()
+    print(f"[bench] loaded {args.trades} trades; {args.batches} applies of {args.rows} rows each")
+    defaults = {k: spark.conf.get(k, None) for conf in VARIANTS.values() for k in conf}
+
+    def amendments(rows: list, tag: str) -> object:  # type: ignore[type-arg]
+        data = [
+            (
+                r.trade_id,
+                str(r.version + 1),
+                "AMEND",
+                str(r.business_date),
+                r.trade_ts.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                r.book,
+                r.instrument,
+                r.side,
+                str(r.quantity + 1),
+                str(r.price),
+                r.currency,
+                f"{tag}:{i}",
+                "",
+            )
+            for i, r in enumerate(rows)
+        ]
+        return spark.createDataFrame(data, raw_schema(flow))
+
+    # A warm-up apply: the first touch of each code path is not what a micro-batch pays.
+    apply_changes(flow, amendments(pool[: args.rows], "warm"), "bench", target)
+    seconds: dict[str, list[float]] = {v: [] for v in args.variants}
+    steps: dict[str, dict[str, list[float]]] = {v: {} for v in args.variants}
+    at = args.rows
+    for b in range(args.batches):
+        for name in args.variants:
+            for k, v in defaults.items():
+                spark.conf.set(k, v) if v is not None else spark.conf.unset(k)
+            for k, v in VARIANTS[name].items():
+                spark.conf.set(k, v)
+            batch, at = pool[at : at + args.rows], at + args.rows
+            t = time.perf_counter()
+            result = apply_changes(flow, amendments(batch, f"{name}-{b}"), "bench", target)
+            seconds[name].append(time.perf_counter() - t)
+            assert result.applied == len(batch), result.describe()
+            for step, s in result.seconds_by_step.items():
+                steps[name].setdefault(step, []).append(s)
+            print(f"[bench] {name} apply {b + 1}: {seconds[name][-1]:.2f}s", flush=True)
+    first = statistics.median(seconds[args.variants[0]])
+    for name in args.variants:
+        median = statistics.median(seconds[name])
+        per_step = ", ".join(f"{s} {statistics.median(v):.2f}" for s, v in steps[name].items())
+        print(f"{name:15} median {median:.2f}s ({median / first:.2f} of {args.variants[0]})")
+        print(f"{'':15} steps: {per_step}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
