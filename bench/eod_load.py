@@ -92,8 +92,11 @@ def main() -> int:
         t = time.perf_counter()
         result = run_eod(spark, target, DAY, files.eod)
         ours.append(time.perf_counter() - t)
+        steps = ", ".join(f"{k} {v:.1f}" for k, v in result.apply.seconds_by_step.items())
         print(
-            f"[bench] streamshift load {i + 1}: {ours[-1]:.1f}s ({result.describe()})", flush=True
+            f"[bench] streamshift load {i + 1}: {ours[-1]:.1f}s ({result.describe()}); "
+            f"steps (s, side steps overlap): {steps}",
+            flush=True,
         )
 
         out = work / f"hand-{i}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -37,14 +38,28 @@ def _uses_stack(item: pytest.Item | None) -> bool:
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the items
+def _known_seconds() -> dict[str, float]:
+    """Measured durations of the slowest tests (tests/durations.json, from a CI run)."""
+    path = Path(__file__).with_name("durations.json")
+    return json.loads(path.read_text())["seconds"] if path.is_file() else {}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests of the shared Airflow stack run one after another, first, in one worker
     under pytest-xdist (``--dist loadgroup``): the stack starts once and is stopped after
-    the last of them (``pytest_runtest_teardown``) instead of idling through the suite."""
+    the last of them (``pytest_runtest_teardown``) instead of idling through the suite.
+
+    The other tests follow longest first (durations.json; unknown ones after, in file order),
+    so the two workers end together instead of one running a long test alone at the end."""
     users = [item for item in items if _uses_stack(item)]
     for item in users:
         item.add_marker(pytest.mark.xdist_group("airflow_stack"))
-    items[:] = users + [item for item in items if not _uses_stack(item)]
+    seconds = _known_seconds()
+    others = sorted(
+        (item for item in items if not _uses_stack(item)),
+        key=lambda item: -seconds.get(item.nodeid, 0.0),
+    )
+    items[:] = users + others
 
 
 _STACK = pytest.StashKey[object]()

@@ -1,5 +1,5 @@
-"""The same code on a Spark standalone cluster (a master and two workers on 127.0.0.1, started
-from PySpark's own distribution): an EOD load through spark-submit, an ``--available-now``
+"""The same code on a Spark standalone cluster (a master and a two-core worker on 127.0.0.1,
+started from PySpark's own distribution; each application's executor is its own JVM): an EOD load through spark-submit, an ``--available-now``
 stream through the CLI, and one ``eod_trades`` DAG run through Airflow with ``spark_default``
 pointed at the master — each ending in the tables local mode gives for the same input."""
 
@@ -35,7 +35,7 @@ D1, D2 = dt.date(2026, 11, 12), dt.date(2026, 11, 13)
 
 @pytest.fixture
 def cluster(tmp_path: Path):  # type: ignore[no-untyped-def]
-    spark_cluster = SparkCluster(tmp_path / "spark-cluster", workers=2).start()
+    spark_cluster = SparkCluster(tmp_path / "spark-cluster", workers=1, cores=2).start()
     try:
         yield spark_cluster
     finally:

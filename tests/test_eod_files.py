@@ -156,6 +156,8 @@ def test_back_dated_rows_for_a_closed_date_are_recorded_late(spark, tmp_path) ->
         for r in read(spark, target.tables.late_events).collect()
     ]
     assert late == [("2026-11-19", "T9", 1, "eod")]
+    again = run_eod(spark, target, DAY, d20)  # a replay records nothing twice
+    assert again.apply.late == 1 and read(spark, target.tables.late_events).count() == 1
     positions = {
         (str(r.business_date), r.trade_count)
         for r in read(spark, target.tables.view("positions")).collect()

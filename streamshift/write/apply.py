@@ -25,6 +25,7 @@ import datetime as dt
 import random
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from typing import Any, Self
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from streamshift.core.catalog import LayerTables
+from streamshift.core.catalog import LATE_EVENTS_SCHEMA, LayerTables
 from streamshift.core.contract import FAILED, IS_DELETED, RAW, SOURCE, SOURCE_REF
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.flow import Flow
@@ -49,7 +50,7 @@ from streamshift.write.transforms import (
 
 # Batches with fewer accepted rows than this are "small": literal IN-lists in MERGE
 # conditions (Delta prunes files by stats), and one collected history lookup that serves
-# both the touched groups and a plain history append.
+# both the touched groups and a plain history append; late events are appended, not MERGEd.
 PRUNE_KEYS_BELOW = 2_000
 # Views with fewer touched groups than this are MERGEd from rows collected to the driver.
 LOCAL_SOURCE_BELOW = 10_000
@@ -278,20 +279,25 @@ def _apply_accepted(
     versions = distinct_versions(flow, accepted).persist()
     try:
         if small:
-            incoming = versions.select(key, version, *group_columns).collect()
+            incoming = versions.select(key, version, SOURCE, *group_columns).collect()
             pairs = {(r[key], r[bd]) for r in incoming}
+            keys = sorted({k for k, _ in pairs})
+            keys_by_date = Counter(d for _, d in pairs)
         else:
-            incoming = []
-            pairs = {(r[0], r[1]) for r in versions.select(key, bd).distinct().collect()}
-        keys = sorted({k for k, _ in pairs})
-        incoming_dates = sorted({d for _, d in pairs})
+            # A large batch's keys stay in Spark: per date, how many distinct keys.
+            incoming, keys = [], []
+            by_date = versions.groupBy(bd).agg(F.count_distinct(key).alias("keys")).collect()
+            keys_by_date = Counter({r[bd]: r["keys"] for r in by_date})
+        incoming_dates = sorted(keys_by_date)
         steps.timer.lap("keys")
 
         closed = target.closed_dates() - ({closing_date} if closing_date else set())
         late_dates = [d for d in incoming_dates if d in closed]
-        if late_dates:
+        if late_dates and small:
+            steps.submit("late", _append_late, spark, flow, tables, incoming, late_dates)
+        elif late_dates:
             steps.submit("late", _record_late, spark, flow, versions, tables, late_dates)
-            result.late = sum(1 for _, d in pairs if d in late_dates)
+        result.late = sum(keys_by_date[d] for d in late_dates)
 
         if small:
             known = steps.run("touched", _history_of, spark, flow, tables, keys, group_columns)
@@ -517,6 +523,39 @@ def _record_late(
         .whenNotMatchedInsertAll()
         .execute()
     )
+
+
+def _append_late(
+    spark: SparkSession,
+    flow: Flow,
+    tables: LayerTables,
+    incoming: list[Row],
+    late_dates: list[dt.date],
+) -> None:
+    """Step 6 for a small batch: append the late versions ``late_events`` does not hold yet.
+
+    The batch's versions are already on the driver; one filtered read of the table finds those
+    recorded before (a replay), so a plain append replaces the insert-only MERGE.
+    """
+    key, version, bd = flow.key, flow.version, flow.business_date
+    late = {(r[bd], str(r[key]), r[version], r[SOURCE]) for r in incoming if r[bd] in late_dates}
+    keys = sorted({k for _, k, _, _ in late})
+    stored = (
+        read(spark, tables.late_events)
+        .where(
+            f"{_in_list('flow', [flow.name])} AND {_in_list('business_date', late_dates)} "
+            f"AND {_in_list('key', keys)}"
+        )
+        .select("business_date", "key", "version", "source")
+        .collect()
+    )
+    new = late - {tuple(r) for r in stored}
+    if not new:
+        return
+    now = dt.datetime.now(dt.UTC)
+    rows = [(flow.name, d, k, v, now, src) for d, k, v, src in sorted(new, key=repr)]
+    frame = spark.createDataFrame(rows, LATE_EVENTS_SCHEMA)
+    frame.write.format("delta").mode("append").save(tables.late_events)
 
 
 def _merge_view(
