@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _amend import amendment
 from pyspark.sql import functions as F
 
 from flows.trades.generate import generate_day
@@ -56,23 +57,7 @@ def main() -> int:
     some = read(spark, target.tables.current).where(~F.col(IS_DELETED)).limit(args.repeat).collect()
     correction_times, recompute_times = [], []
     for i, row in enumerate(some):
-        amend = [
-            (
-                row.trade_id,
-                str(row.version + 1),
-                "AMEND",
-                str(row.business_date),
-                row.trade_ts.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                row.book,
-                row.instrument,
-                row.side,
-                str(row.quantity + 1),
-                str(row.price),
-                row.currency,
-                f"bench:{i}",
-                "",
-            )
-        ]
+        amend = [amendment(row, f"bench:{i}")]
         changes = spark.createDataFrame(amend, raw_schema(flow))
         t = time.perf_counter()
         result = apply_changes(flow, changes, "bench", target)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _amend import amendment
 from pyspark.sql import functions as F
 
 from flows.trades.generate import generate_day
@@ -69,24 +70,7 @@ def main() -> int:
     defaults = {k: spark.conf.get(k, None) for conf in VARIANTS.values() for k in conf}
 
     def amendments(rows: list, tag: str) -> object:  # type: ignore[type-arg]
-        data = [
-            (
-                r.trade_id,
-                str(r.version + 1),
-                "AMEND",
-                str(r.business_date),
-                r.trade_ts.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                r.book,
-                r.instrument,
-                r.side,
-                str(r.quantity + 1),
-                str(r.price),
-                r.currency,
-                f"{tag}:{i}",
-                "",
-            )
-            for i, r in enumerate(rows)
-        ]
+        data = [amendment(r, f"{tag}:{i}") for i, r in enumerate(rows)]
         return spark.createDataFrame(data, raw_schema(flow))
 
     # A warm-up apply: the first touch of each code path is not what a micro-batch pays.

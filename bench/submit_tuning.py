@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import resource
 import statistics
 import subprocess
@@ -32,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from flows.trades.generate import generate_day
 from streamshift.core.settings import load_settings
-from streamshift.spark import jars, submit_conf, tuning_conf
+from streamshift.spark import jars, submit_conf, submit_env, tuning_conf
 
 DAY = dt.date(2026, 11, 20)
 INTERPRETED = {
@@ -50,14 +49,8 @@ def submit(conf: dict[str, str], home: Path, eod: Path, jvm_opts: str = "") -> t
     """(wall seconds, CPU seconds) of one spark-submit."""
     settings = load_settings({}, home=home)
     args = [arg for k, v in conf.items() for arg in ("--conf", f"{k}={v}")]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
+    env = submit_env(home)
     bin_dir = Path(sys.executable).parent
-    env.update(
-        STREAMSHIFT_HOME=str(home),
-        PATH=f"{bin_dir}{os.pathsep}{env['PATH']}",
-        SPARK_LOCAL_IP="127.0.0.1",
-        PYSPARK_PYTHON=sys.executable,
-    )
     if jvm_opts:
         env["SPARK_SUBMIT_OPTS"] = jvm_opts
     started, cpu = time.monotonic(), _children_cpu()

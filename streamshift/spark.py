@@ -14,7 +14,9 @@ Under spark-submit the Python driver is started by the JVM, which hands it the g
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from streamshift.core.errors import StreamshiftError
@@ -131,6 +133,20 @@ def get_spark(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def submit_env(home: Path) -> dict[str, str]:
+    """The environment of a spark-submit this venv launches for ``STREAMSHIFT_HOME=home``: no
+    other streamshift settings, this venv first on PATH, loopback, this Python for workers."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
+    bin_dir = Path(sys.executable).parent
+    env.update(
+        STREAMSHIFT_HOME=str(home),
+        PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
+        SPARK_LOCAL_IP="127.0.0.1",
+        PYSPARK_PYTHON=sys.executable,
+    )
+    return env
 
 
 def describe_session(spark: SparkSession, profile: str | None = None) -> str:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import subprocess
 import sys
 import tempfile
@@ -46,7 +45,7 @@ def driver_options(settings: Settings) -> str:
 def train(settings: Settings, output: Path) -> float:
     """Run the training jobs under ``-XX:ArchiveClassesAtExit``; returns seconds taken."""
     from flows.trades.generate import generate_day
-    from streamshift.spark import submit_args
+    from streamshift.spark import submit_args, submit_env
 
     started = time.monotonic()
     output.unlink(missing_ok=True)  # the training driver must not map an old archive
@@ -55,15 +54,8 @@ def train(settings: Settings, output: Path) -> float:
         files = generate_day(TRAINING_DAY, 200, Path(tmp) / "files", seed=7, progress=False)
         partial = output.with_suffix(".jsa.part")
         partial.unlink(missing_ok=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
-        bin_dir = Path(sys.executable).parent
-        env.update(
-            STREAMSHIFT_HOME=str(home),
-            PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
-            SPARK_LOCAL_IP="127.0.0.1",
-            PYSPARK_PYTHON=sys.executable,
-            SPARK_SUBMIT_OPTS=f"-XX:ArchiveClassesAtExit={partial}",
-        )
+        env = submit_env(home)
+        env["SPARK_SUBMIT_OPTS"] = f"-XX:ArchiveClassesAtExit={partial}"
         # One driver loads the day, then its corrections (MERGE with deletion vectors): the
         # classes of the write path, Delta's log and CSV reading.
         script = Path(tmp) / "train.py"
@@ -78,7 +70,7 @@ def train(settings: Settings, output: Path) -> float:
         local = load_settings({}, home=home, spark_master="local[2]")
         args = submit_args(local)
         done = subprocess.run(
-            [str(bin_dir / "spark-submit"), *args, str(script)],
+            [str(Path(sys.executable).parent / "spark-submit"), *args, str(script)],
             env=env,
             capture_output=True,
             text=True,
