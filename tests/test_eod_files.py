@@ -192,3 +192,33 @@ def test_positions_equal_full_recompute_after_random_load_sequences(spark, tmp_p
         for day, path, replace in sequence:
             run_eod(spark, target, day, path, replace=replace)
         _assert_positions_match_full_recompute(spark, target)
+
+
+def test_rows_with_another_field_count_are_flagged_whole_quotes_respected(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A comma inside double quotes is no separator; a row with too many or too few fields is
+    flagged ``field_count`` (quarantined whole), whether or not it has quotes."""
+    from streamshift.core.contract import MALFORMED, SOURCE_REF
+    from streamshift.sources.eodfile import check_file
+    from streamshift.sources.eodread import FIELD_COUNT_RULE, read_eod_file
+
+    quoted = GOOD.replace("T1,", "T2,").replace("AAPL", '"AAPL, Inc."')
+    lines = {
+        2: GOOD,
+        3: GOOD.replace("T1,", "T3,") + ",extra",
+        4: quoted,
+        5: quoted + ",extra",
+        6: ",".join(GOOD.replace("T1,", "T6,").split(",")[:-1]),
+    }
+    path = tmp_path / "mixed.csv"
+    path.write_text(HEADER + "\n" + "\n".join(lines[n] for n in sorted(lines)) + "\n")
+    rows = read_eod_file(spark, path, FLOW, check_file(path, FLOW, whole_day=False)).collect()
+    flagged = {int(r[SOURCE_REF].rsplit(":", 1)[1]): r[MALFORMED] for r in rows}
+    assert flagged == {
+        2: None,
+        3: FIELD_COUNT_RULE,
+        4: None,
+        5: FIELD_COUNT_RULE,
+        6: FIELD_COUNT_RULE,
+    }
+    instrument = {r["trade_id"]: r["instrument"] for r in rows if r[MALFORMED] is None}
+    assert instrument == {"T1": "AAPL", "T2": "AAPL, Inc."}

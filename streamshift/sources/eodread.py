@@ -48,8 +48,13 @@ def read_eod_file(spark: SparkSession, path: Path, flow: Flow, layout: FileLayou
     ddl = ", ".join(f"`{c}` STRING" for c in layout.header)
     lines = with_line_numbers(spark.read.text(str(path)))
     # Fields are counted by commas outside double quotes; a row with another count is
-    # quarantined whole rather than guessed at.
-    n_fields = F.size(F.split("value", _FIELD_SEPARATOR, -1))
+    # quarantined whole rather than guessed at. Most lines have no quote at all: their commas
+    # are counted directly (the quote-aware split scans the rest of the line at every comma).
+    value = F.col("value")
+    commas = F.length(value) - F.length(F.replace(value, F.lit(","), F.lit("")))
+    n_fields = F.when(F.instr(value, '"') == 0, commas + 1).otherwise(
+        F.size(F.split(value, _FIELD_SEPARATOR, -1))
+    )
     rows = lines.where((F.col("line") > 1) & (F.length(F.trim("value")) > 0)).select(
         F.col("value").alias(RAW),
         F.concat(F.lit(f"{os.fspath(path)}:"), F.col("line").cast("string")).alias(SOURCE_REF),
