@@ -1,12 +1,12 @@
 """A class-data-sharing archive of the Spark driver's classes, made once by scripts/setup.
 
 A Spark + Delta driver JVM loads ~25,000 classes; reading, verifying and laying out each one is
-a large part of a short job's CPU (a 300-trade EOD job spends ~40 s of CPU, most of it before
+a large part of a short job's CPU (a 300-row EOD job spends ~40 s of CPU, most of it before
 its data matters). Java's dynamic class-data sharing (JEP 350) dumps the classes a JVM loaded
 into an archive at exit (``-XX:ArchiveClassesAtExit``); every later JVM started with
 ``-XX:SharedArchiveFile`` maps them instead of loading them (BENCHMARKS.md, "Class-data
-sharing"). The archive is made by a training run: a small EOD load and its corrections, run
-the way Airflow runs them (spark-submit of ``spark_jobs/eod.py``).
+sharing"). The archive is made by a training run: a small generated EOD load of the first
+registered flow and its corrections, through spark-submit as Airflow runs them.
 
 The archive is only valid for the JVM and classpath that made it: a JVM that cannot use it
 runs without it (the warning is turned off), so a stale archive costs speed, never a job.
@@ -44,13 +44,15 @@ def driver_options(settings: Settings) -> str:
 
 def train(settings: Settings, output: Path) -> float:
     """Run the training jobs under ``-XX:ArchiveClassesAtExit``; returns seconds taken."""
-    from flows.trades.generate import generate_day
+    from streamshift.core.registry import flow_names, get_generator
     from streamshift.spark import submit_args, submit_env
 
     started = time.monotonic()
     output.unlink(missing_ok=True)  # the training driver must not map an old archive
     with tempfile.TemporaryDirectory(prefix="streamshift-cds-") as tmp:
         home = Path(tmp) / "home"
+        flow = flow_names()[0]
+        generate_day = get_generator(flow)
         files = generate_day(TRAINING_DAY, 200, Path(tmp) / "files", seed=7, progress=False)
         partial = output.with_suffix(".jsa.part")
         partial.unlink(missing_ok=True)
@@ -62,9 +64,9 @@ def train(settings: Settings, output: Path) -> float:
         script.write_text(
             "import sys\n"
             "from streamshift.cli import main\n"
-            f"main(['eod', '--flow', 'trades', '--date', '{TRAINING_DAY}', "
+            f"main(['eod', '--flow', {flow!r}, '--date', '{TRAINING_DAY}', "
             f"'--file', {str(files.eod)!r}])\n"
-            f"sys.exit(main(['eod', '--flow', 'trades', '--date', '{TRAINING_DAY}', "
+            f"sys.exit(main(['eod', '--flow', {flow!r}, '--date', '{TRAINING_DAY}', "
             f"'--file', {str(files.corrections)!r}]))\n"
         )
         local = load_settings({}, home=home, spark_master="local[2]")
