@@ -42,7 +42,7 @@ def driver_options(settings: Settings) -> str:
     return f"-XX:SharedArchiveFile={path} {USE_OPTIONS}" if path.is_file() else ""
 
 
-def train(settings: Settings, output: Path) -> float:
+def train(output: Path) -> float:
     """Run the training jobs under ``-XX:ArchiveClassesAtExit``; returns seconds taken."""
     from streamshift.core.registry import flow_names, get_generator
     from streamshift.spark import submit_args, submit_env
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = load_settings({})
     output = args.output or archive_path(settings)
     print(f"[setup] training the Spark driver's class-data-sharing archive ({output})", flush=True)
-    seconds = train(settings, output)
+    seconds = train(output)
     size = output.stat().st_size / 2**20
     print(f"[setup] class-data-sharing archive ready: {size:.0f} MiB in {seconds:.0f}s", flush=True)
     return 0
