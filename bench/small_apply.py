@@ -8,12 +8,17 @@ the variants alternating batch by batch, and prints the median seconds per apply
 per step, and each variant's ratio to the first.
 
 Variants are Spark session confs set before each of that variant's applies:
-  base            the local profile as shipped
+  base            the local profile as shipped (a small apply on a small day runs interpreted)
+  codegen         base, but every apply with generated code (``INTERPRET_BELOW_BYTES = 0``)
   no_aqe          ``spark.sql.adaptive.enabled=false``: one job per query instead of one per
                   query stage, with no re-planning between them
   crc_files       each commit's checksum file lists the table's files up to 100,000 (Delta's
                   default: 50), so a new snapshot needs no log-replay job; a table's checksums
                   are written by its commits, so run this variant alone
+  no_wscg         codegen, with ``spark.sql.codegen.wholeStage=false``: expressions are still
+                  generated, comment-stripped and compiled by Janino
+  interpreted     every apply interpreted (``streamshift.spark.INTERPRETED_CONF``), whatever
+                  the size of the day
 Run: .venv/bin/python bench/small_apply.py [--trades N] [--rows R] [--batches B] [--variants ...]
 """
 
@@ -37,7 +42,8 @@ from streamshift.core.contract import IS_DELETED
 from streamshift.core.registry import get_flow
 from streamshift.core.settings import load_settings
 from streamshift.jobs.eod import run_eod
-from streamshift.spark import get_spark
+from streamshift.spark import INTERPRETED_CONF, get_spark
+from streamshift.write import target as write_target
 from streamshift.write.apply import apply_changes
 from streamshift.write.target import Target, read
 from streamshift.write.transforms import raw_schema
@@ -47,7 +53,12 @@ VARIANTS: dict[str, dict[str, str]] = {
     "base": {},
     "no_aqe": {"spark.sql.adaptive.enabled": "false"},
     "crc_files": {"spark.databricks.delta.allFilesInCrc.thresholdNumFiles": "100000"},
+    "codegen": {},
+    "no_wscg": {"spark.sql.codegen.wholeStage": "false"},
+    "interpreted": INTERPRETED_CONF,
 }
+# The write path's own size rule, per variant (default: as shipped).
+INTERPRET_BELOW = {"codegen": 0, "no_wscg": 0, "interpreted": 1 << 62}
 
 
 def main() -> int:
@@ -68,6 +79,7 @@ def main() -> int:
     pool = live.limit(args.rows * args.batches * len(args.variants) + args.rows).collect()
     print(f"[bench] loaded {args.trades} trades; {args.batches} applies of {args.rows} rows each")
     defaults = {k: spark.conf.get(k, None) for conf in VARIANTS.values() for k in conf}
+    shipped = write_target.INTERPRET_BELOW_BYTES
 
     def amendments(rows: list, tag: str) -> object:  # type: ignore[type-arg]
         data = [amendment(r, f"{tag}:{i}") for i, r in enumerate(rows)]
@@ -84,6 +96,7 @@ def main() -> int:
                 spark.conf.set(k, v) if v is not None else spark.conf.unset(k)
             for k, v in VARIANTS[name].items():
                 spark.conf.set(k, v)
+            write_target.INTERPRET_BELOW_BYTES = INTERPRET_BELOW.get(name, shipped)
             batch, at = pool[at : at + args.rows], at + args.rows
             t = time.perf_counter()
             result = apply_changes(flow, amendments(batch, f"{name}-{b}"), "bench", target)

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -147,6 +149,50 @@ def submit_env(home: Path) -> dict[str, str]:
         PYSPARK_PYTHON=sys.executable,
     )
     return env
+
+
+# Spark's own switches for running a query without generated code (Spark tests both paths:
+# the results are the same). Whole-stage code generation off, expressions interpreted.
+INTERPRETED_CONF = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+_interpreting: dict[int, tuple[int, dict[str, str | None]]] = {}
+_interpreting_lock = threading.Lock()
+
+
+@contextmanager
+def interpreted(*sessions: SparkSession) -> Iterator[None]:
+    """Run the block's queries in ``sessions`` without generated code.
+
+    On a few thousand rows, generating each query's Java, stripping it and compiling it with
+    Janino costs more driver time than the compiled code saves (BENCHMARKS.md, "generated
+    code"). The setting is the session's, so it is counted per session: threads of one process
+    may enter at once, and the last to leave restores what the session had.
+    """
+    unique = {session._jsparkSession.hashCode(): session for session in sessions}
+    for key, session in unique.items():  # keyed by the JVM session: wrappers may differ
+        with _interpreting_lock:
+            count, saved = _interpreting.get(key, (0, {}))
+            if count == 0:
+                saved = {k: session.conf.get(k, None) for k in INTERPRETED_CONF}
+                for k, v in INTERPRETED_CONF.items():
+                    session.conf.set(k, v)
+            _interpreting[key] = (count + 1, saved)
+    try:
+        yield
+    finally:
+        for key, session in unique.items():
+            with _interpreting_lock:
+                count, saved = _interpreting.pop(key)
+                if count > 1:
+                    _interpreting[key] = (count - 1, saved)
+                    continue
+                for k, v in saved.items():
+                    if v is None:
+                        session.conf.unset(k)
+                    else:
+                        session.conf.set(k, v)
 
 
 def describe_session(spark: SparkSession, profile: str | None = None) -> str:

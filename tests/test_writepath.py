@@ -8,8 +8,9 @@ import pytest
 
 from flows.trades import FLOW
 from streamshift.core.catalog import LayerTables
+from streamshift.write import target as target_module
 from streamshift.write.apply import apply_changes
-from streamshift.write.target import Target, read
+from streamshift.write.target import Target, read, when_small
 from tests.trades_data import D1, D2, frame, trade
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -46,7 +47,11 @@ def quarantine(spark, t):  # type: ignore[no-untyped-def]
     return sorted((r.source_ref, r.rule) for r in read(spark, t.tables.quarantine).collect())
 
 
-def test_new_amend_cancel_out_of_order_duplicates_replays_and_moves(spark, target) -> None:  # type: ignore[no-untyped-def]
+def test_new_amend_cancel_out_of_order_duplicates_replays_and_moves(
+    spark, target, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    # With generated code, as a large load runs: the suite's small days otherwise run interpreted.
+    monkeypatch.setattr(target_module, "INTERPRET_BELOW_BYTES", 0)
     apply = lambda rows: apply_changes(FLOW, frame(spark, rows), "test", target)
 
     # 1. new trades, a v3 before its v2, duplicates and several versions of one key, a poison row
@@ -152,3 +157,35 @@ def test_correction_is_a_retraction_plus_new_value_in_the_change_feed(spark, tar
         ("update_postimage", 12, Decimal("30.00")),
         ("update_preimage", 10, Decimal("25.00")),
     ]
+
+
+def test_small_dates_run_interpreted_and_the_session_gets_its_setting_back(  # type: ignore[no-untyped-def]
+    spark, target, monkeypatch
+) -> None:
+    """``when_small`` turns generated code off while any user (any thread) is inside; the
+    session's own setting comes back when the last one leaves; a date holding more current
+    state than the threshold keeps generated code."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    mode = lambda: spark.conf.get("spark.sql.codegen.factoryMode")
+    before = mode()
+    assert before != "NO_CODEGEN"
+    apply_changes(FLOW, frame(spark, [trade("a", 1)]), "test", target)
+    assert mode() == before  # the apply switched it off and back on
+
+    def nested() -> str:
+        with when_small([target], [D2]):
+            return mode()
+
+    with when_small([target], [D2]):
+        assert mode() == "NO_CODEGEN"
+        with ThreadPoolExecutor(1) as pool:
+            assert pool.submit(nested).result() == "NO_CODEGEN"  # it left first
+        assert mode() == "NO_CODEGEN"
+        assert spark.conf.get("spark.sql.codegen.wholeStage") == "false"
+        assert {r.trade_id for r in read(spark, target.tables.current).collect()} == {"a"}
+    assert mode() == before
+
+    monkeypatch.setattr(target_module, "INTERPRET_BELOW_BYTES", 1)  # D2 now holds "much"
+    with when_small([target], [D2]):
+        assert mode() == before

@@ -12,10 +12,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from streamshift.core.contract import MALFORMED, SOURCE
-from streamshift.sources.eodfile import check_file
+from streamshift.sources.eodfile import FileLayout, check_file
 from streamshift.sources.eodread import read_eod_file
 from streamshift.write.apply import ApplyResult, apply_changes
-from streamshift.write.target import Target, read
+from streamshift.write.target import Target, read, when_small
 from streamshift.write.transforms import replacement_cancels
 
 
@@ -55,6 +55,28 @@ def run_eod(
     file = file.resolve()
     layout = check_file(file, flow, whole_day=replace)  # raises before anything is written
     target.create_tables()
+    with when_small([target], [business_date], files=[file]):
+        result, cancelled = _load(spark, target, business_date, file, layout, replace, source)
+    return EodResult(
+        business_date,
+        str(file),
+        "replace" if replace else "delta",
+        result,
+        cancelled,
+        time.monotonic() - started,
+    )
+
+
+def _load(
+    spark: SparkSession,
+    target: Target,
+    business_date: dt.date,
+    file: Path,
+    layout: FileLayout,
+    replace: bool,
+    source: str,
+) -> tuple[ApplyResult, int]:
+    flow = target.flow
     _progress(f"reading {file} ({layout.data_lines} data lines)")
     rows = read_eod_file(spark, file, flow, layout).withColumn(SOURCE, F.lit(source))
     cancelled = 0
@@ -70,14 +92,7 @@ def run_eod(
         flow, rows, source, target, batch_id=f"eod:{file}", closing_date=business_date
     )
     _record_run(spark, target, business_date, file, "replace" if replace else "delta", result)
-    return EodResult(
-        business_date,
-        str(file),
-        "replace" if replace else "delta",
-        result,
-        cancelled,
-        time.monotonic() - started,
-    )
+    return result, cancelled
 
 
 def _record_run(

@@ -33,10 +33,10 @@ from streamshift.core.catalog import EOD_FILE, EXTERNAL, PARITY
 from streamshift.core.contract import FAILED, SOURCE
 from streamshift.core.flow import Flow
 from streamshift.read.control import closed_dates, current_stage
-from streamshift.sources.eodfile import check_file
+from streamshift.sources.eodfile import FileLayout, check_file
 from streamshift.sources.eodread import read_eod_file
 from streamshift.write.apply import ApplyResult, apply_changes
-from streamshift.write.target import Target
+from streamshift.write.target import Target, when_small
 from streamshift.write.transforms import checked_changes, latest_per_key
 
 if TYPE_CHECKING:
@@ -88,10 +88,27 @@ def reconcile_date(
 ) -> list[ReconResult]:
     """Run the reconciliations the inputs allow for ``business_date`` and record them."""
     stage = stage or current_stage(settings, flow.name)
+    targets = targets or open_layers(spark, settings, flow)
+    with when_small(targets.values(), [business_date], files=[against, eod_file]):
+        return _reconcile_date(
+            spark, settings, flow, business_date, against, eod_file, parity, targets, stage
+        )
+
+
+def _reconcile_date(
+    spark: SparkSession,
+    settings: Settings,
+    flow: Flow,
+    business_date: dt.date,
+    against: Path | None,
+    eod_file: Path | None,
+    parity: bool,
+    targets: dict[str, Target],
+    stage: str,
+) -> list[ReconResult]:
     run_id = new_run_id()
     results: list[ReconResult] = []
     bd = F.col(flow.business_date) == F.lit(business_date)
-    targets = targets or open_layers(spark, settings, flow)
 
     if parity:
         for view in flow.views:
@@ -191,6 +208,18 @@ def eod_correct(
     """Apply the EOD file's rows the stream layer lacks (or holds at a lower version)."""
     target = (target or Target.open(spark, settings, flow, "stream")).create_tables()
     layout = check_file(eod_file, flow, whole_day=False)
+    with when_small([target], [business_date], files=[eod_file]):
+        return _eod_correct(spark, flow, business_date, eod_file, target, layout)
+
+
+def _eod_correct(
+    spark: SparkSession,
+    flow: Flow,
+    business_date: dt.date,
+    eod_file: Path,
+    target: Target,
+    layout: FileLayout,
+) -> ApplyResult:
     raw = read_eod_file(spark, eod_file, flow, layout)
     current = target.table("current").select(
         F.col(flow.key).alias("_k"), F.col(flow.version).alias("_v")

@@ -48,7 +48,7 @@ from streamshift.quality.project import (
     new_run_id,
     suite_document,
 )
-from streamshift.write.target import Target, ensure_table
+from streamshift.write.target import Target, ensure_table, when_small
 
 if TYPE_CHECKING:
     from streamshift.core.settings import Settings
@@ -439,6 +439,23 @@ def run_quality(
         )
     if file is not None and not file.exists():
         raise QualityError(f"EOD file {file} not found")
+    with when_small([target], [day], files=[file]):
+        run = _validate_day(spark, settings, flow, day, layer, target, wanted, file, run_id)
+    record(spark, settings, run)
+    return run
+
+
+def _validate_day(
+    spark: SparkSession,
+    settings: Settings,
+    flow: Flow,
+    day: dt.date,
+    layer: str,
+    target: Target,
+    wanted: list[str],
+    file: Path | None,
+    run_id: str | None,
+) -> QualityRun:
     current = dataset_frame(spark, target, "current", day, None)
     assert current is not None
     current = current.persist()
@@ -467,7 +484,6 @@ def run_quality(
         for frame, _ in frames.values():
             frame.unpersist()
         current.unpersist()
-    record(spark, settings, run)
     return run
 
 

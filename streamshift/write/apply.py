@@ -28,6 +28,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -38,7 +39,7 @@ from streamshift.core.catalog import LATE_EVENTS_SCHEMA, LayerTables
 from streamshift.core.contract import FAILED, IS_DELETED, RAW, SOURCE, SOURCE_REF
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.flow import Flow
-from streamshift.write.target import Target, read
+from streamshift.write.target import Target, read, when_small
 from streamshift.write.transforms import (
     changed_groups,
     checked_changes,
@@ -276,6 +277,7 @@ def _apply_accepted(
     key, version, bd = flow.key, flow.version, flow.business_date
     group_columns = sorted({bd} | {c for v in flow.views for c in v.group_key})
     small = result.accepted < PRUNE_KEYS_BELOW
+    plans = ExitStack()
     versions = distinct_versions(flow, accepted).persist()
     try:
         if small:
@@ -289,6 +291,10 @@ def _apply_accepted(
             by_date = versions.groupBy(bd).agg(F.count_distinct(key).alias("keys")).collect()
             keys_by_date = Counter({r[bd]: r["keys"] for r in by_date})
         incoming_dates = sorted(keys_by_date)
+        if small:  # and the dates' current state is small: no generated code
+            plans.enter_context(
+                when_small([target], incoming_dates, sessions=[accepted.sparkSession])
+            )
         steps.timer.lap("keys")
 
         closed = target.closed_dates() - ({closing_date} if closing_date else set())
@@ -350,6 +356,7 @@ def _apply_accepted(
     finally:
         steps.settle()  # the side steps read ``versions`` too
         versions.unpersist()
+        plans.close()
 
 
 class _Steps:
