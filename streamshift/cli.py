@@ -168,8 +168,7 @@ def _quality_after(spark, settings, flow, day, layer, file, run_id) -> None:  # 
         print(f"flow {flow.name} has no data-quality suites: nothing to validate")
         return
     run = run_quality(spark, settings, flow, day, layer, file=file, run_id=run_id)
-    print(run.table(), end="")
-    print(f"{run.describe()} (run {run.run_id})")
+    print(run.report())
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -295,8 +294,7 @@ def _cmd_quality(args: argparse.Namespace) -> int:
     run = run_quality(
         spark, settings, flow, args.date, args.layer, file=args.file, only=args.dataset or None
     )
-    print(run.table(), end="")
-    print(run.describe())
+    print(run.report())
     print(f"Data Docs: {data_docs_dir(settings) / 'index.html'}")
     if run.failures:
         message = run.failure_line()

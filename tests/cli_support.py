@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
+
+from streamshift.spark import submit_env
 
 CLI = [sys.executable, "-m", "streamshift.cli"]
 # Small local Spark for commands that start one.
@@ -15,8 +16,7 @@ LOCAL_SPARK = {"spark_master": "local[2]", "spark_shuffle_partitions": "2"}
 def cli_env(home: Path, **settings: str) -> dict[str, str]:
     """The environment minus the developer's STREAMSHIFT_*, plus ``home`` and ``settings``
     (given by field name: ``spark_master="local[2]"`` → STREAMSHIFT_SPARK_MASTER)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
-    env["STREAMSHIFT_HOME"] = str(home)
+    env = submit_env(home)  # this venv first on PATH, loopback, this Python for workers
     env.update({f"STREAMSHIFT_{name.upper()}": value for name, value in settings.items()})
     return env
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from streamshift.core.processes import free_port, pid_alive, port_open
+from streamshift.spark import submit_env
 
 SPARK_CLASS = str(Path(sys.executable).parent / "spark-class")
 
@@ -28,13 +29,9 @@ class SparkCluster:
         self.processes: list[subprocess.Popen[bytes]] = []
 
     def _env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
-        env.update(
-            SPARK_LOCAL_IP="127.0.0.1",
-            SPARK_LOG_DIR=str(self.root / "logs"),
-            PYSPARK_PYTHON=sys.executable,  # the executors' Python: the same venv
-            PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
-        )
+        env = submit_env(self.root)  # the executors' Python: this venv's
+        del env["STREAMSHIFT_HOME"]  # the daemons belong to no streamshift home
+        env["SPARK_LOG_DIR"] = str(self.root / "logs")
         return env
 
     def _start(self, name: str, *args: str) -> None:

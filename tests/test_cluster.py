@@ -65,7 +65,6 @@ def test_eod_stream_and_dag_on_a_standalone_cluster_match_local_mode(  # type: i
     args = submit_args(on_cluster)
     assert args[args.index("--master") + 1] == cluster.url and "--jars" in args
     env = cli_env(on_cluster.home, spark_master=cluster.url)
-    env.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
     submitted = subprocess.run(
         [str(Path(sys.executable).parent / "spark-submit"), *args,
          str(REPO / "spark_jobs" / "eod.py"),

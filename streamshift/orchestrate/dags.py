@@ -264,8 +264,7 @@ the log). Backfill with
             if run is None:
                 print(f"flow {flow} has no data-quality suites: nothing to check")
                 return {}
-            print(run.table(), end="")
-            print(f"{run.describe()} (run {run.run_id})")
+            print(run.report())
             if run.failures:
                 raise AirflowFailException(f"data_quality failed: {run.failure_line()}")
             return run.counts()

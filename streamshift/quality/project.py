@@ -142,6 +142,10 @@ class QualityRun:
             f"{n['pass']} pass, {n['warn']} warn, {n['FAIL']} fail"
         )
 
+    def report(self) -> str:
+        """The table of checks and the summary line with the run's id, as jobs print it."""
+        return f"{self.table()}{self.describe()} (run {self.run_id})"
+
     def failure_line(self) -> str:
         """One line naming each failing expectation, its observed value and threshold."""
         return "data quality failed: " + "; ".join(
