@@ -22,13 +22,12 @@ if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
 for _name in [n for n in os.environ if n.startswith("STREAMSHIFT_") and n != "STREAMSHIFT_PYTHON"]:
     del os.environ[_name]
 
-# The JVMs the tests start in subprocesses are short-lived (a CLI command, a spark-submit per DAG
-# task): C1-compiled code only nearly halves the JIT's CPU on 2 cores (BENCHMARKS.md, "JIT").
-# SPARK_SUBMIT_OPTS reaches every Spark driver, including those Airflow's tasks submit. The
-# worker's own SparkSession lives through the suite and keeps the full JIT (see ``spark``).
-_SUBMIT_OPTS = os.environ.get("SPARK_SUBMIT_OPTS", "")
-C1_ONLY = "-XX:TieredStopAtLevel=1"
-os.environ["SPARK_SUBMIT_OPTS"] = f"{_SUBMIT_OPTS} {C1_ONLY}".strip()
+# Every JVM the tests start is short-lived (a SparkSession per test process, a spark-submit per
+# DAG task): C1-compiled code only halves the JIT's CPU on 2 cores (BENCHMARKS.md, "JIT").
+# SPARK_SUBMIT_OPTS reaches every Spark driver, including those Airflow's tasks submit.
+os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
+    filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), "-XX:TieredStopAtLevel=1"])
+)
 
 from streamshift.core.registry import flow_names
 from streamshift.core.settings import Settings, load_settings
@@ -98,13 +97,7 @@ def settings(session_home: Path) -> Settings:
 def spark(settings: Settings):  # type: ignore[no-untyped-def]
     from streamshift.spark import get_spark
 
-    # This JVM runs every in-process test of the worker, for the whole suite: C2's code pays
-    # back its compilation (the migration test alone: 206 s instead of 280 s with C1 only).
-    os.environ["SPARK_SUBMIT_OPTS"] = _SUBMIT_OPTS
-    try:
-        session = get_spark(settings, app_name="streamshift-tests")
-    finally:
-        os.environ["SPARK_SUBMIT_OPTS"] = f"{_SUBMIT_OPTS} {C1_ONLY}".strip()
+    session = get_spark(settings, app_name="streamshift-tests")
     yield session
     session.stop()
 
