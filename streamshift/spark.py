@@ -195,6 +195,12 @@ def interpreted(*sessions: SparkSession) -> Iterator[None]:
                         session.conf.set(k, v)
 
 
+def is_interpreted(session: SparkSession) -> bool:
+    """Whether a block of :func:`interpreted` holds ``session`` now."""
+    with _interpreting_lock:
+        return session._jsparkSession.hashCode() in _interpreting
+
+
 def describe_session(spark: SparkSession, profile: str | None = None) -> str:
     """'Spark local[1] (submitted profile)': what a job runs on, for its log."""
     return f"Spark {spark.sparkContext.master} ({profile or active_profile()} profile)"

@@ -37,13 +37,13 @@ def _uses_stack(item: pytest.Item | None) -> bool:
     return item is not None and "airflow_stack" in getattr(item, "fixturenames", ())
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the items
 def _known_seconds() -> dict[str, float]:
     """Measured durations of the slowest tests (tests/durations.json, from a CI run)."""
     path = Path(__file__).with_name("durations.json")
     return json.loads(path.read_text())["seconds"] if path.is_file() else {}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the items
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests of the shared Airflow stack run one after another, first, in one worker
     under pytest-xdist (``--dist loadgroup``): the stack starts once and is stopped after
@@ -140,6 +140,14 @@ def airflow_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     from streamshift.core.processes import free_port
     from streamshift.local.airflow import LocalAirflow
 
+    if hasattr(request.config, "workerinput") and request.config.getvalue("loadgroup"):
+        # Under xdist's loadgroup every user of the stack runs in this one worker; were the
+        # group lost (hook order), each worker would start a stack of its own.
+        users = [i.nodeid for i in request.session.items if _uses_stack(i)]
+        assert all(n.endswith("@airflow_stack") for n in users), (
+            f"the Airflow tests are not grouped ({users}): pytest_collection_modifyitems "
+            "must run before xdist's"
+        )
     home = tmp_path_factory.mktemp("airflow-stack")
     # Two Spark jobs at once: backfill runs overlap on the two cores (and their commits to the
     # same tables exercise the write path's conflict retries).

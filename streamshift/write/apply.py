@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
@@ -48,6 +48,9 @@ from streamshift.write.transforms import (
     recompute_view_groups,
     state_columns,
 )
+
+if TYPE_CHECKING:
+    from delta.tables import DeltaMergeBuilder
 
 # Batches with fewer accepted rows than this are "small": literal IN-lists in MERGE
 # conditions (Delta prunes files by stats), and one collected history lookup that serves
@@ -321,6 +324,15 @@ def _apply_accepted(
         touched_dates = sorted({g[date_at] for g in touched} | set(incoming_dates))
         date_filter = _in_list(f"t.{bd}", touched_dates)
 
+        # A large batch for dates current state never held (a new day's EOD file): nothing
+        # can match, so an insert-only MERGE does it (one anti-join, no source materialisation,
+        # no rewrite); should another writer have added some of the keys meanwhile, the full
+        # MERGE follows for them.
+        fresh = (
+            not small
+            and set(touched_dates) == set(incoming_dates)
+            and target.current_bytes(touched_dates) == 0
+        )
         counts = steps.run(
             "current",
             _merge_current,
@@ -330,6 +342,7 @@ def _apply_accepted(
             tables,
             date_filter,
             _in_list(f"t.{key}", keys) if small else "true",
+            sum(keys_by_date.values()) if fresh else None,
         )
         result.applied = counts.get("num_inserted_rows", 0) + counts.get("num_updated_rows", 0)
 
@@ -481,23 +494,40 @@ def _merge_current(
     tables: LayerTables,
     date_filter: str,
     key_filter: str,
+    fresh_keys: int | None = None,
 ) -> dict[str, int]:
-    """Step 4: the highest version per key, only where higher than the stored one."""
+    """Step 4: the highest version per key, only where higher than the stored one.
+
+    ``fresh_keys``: the batch's keys, all expected new to the dates it touches. Then an
+    insert-only MERGE goes first, and the full MERGE only if it inserted fewer rows.
+    """
     from delta.tables import DeltaTable
 
     key, version = flow.key, flow.version
-    merged = (
-        DeltaTable.forPath(spark, tables.current)
-        .alias("t")
-        .merge(
-            latest_per_key(flow, versions).alias("s"),
-            f"t.{key} = s.{key} AND {date_filter} AND {key_filter}",
+
+    def merge() -> DeltaMergeBuilder:
+        return (
+            DeltaTable.forPath(spark, tables.current)
+            .alias("t")
+            .merge(
+                latest_per_key(flow, versions).alias("s"),
+                f"t.{key} = s.{key} AND {date_filter} AND {key_filter}",
+            )
         )
+
+    counts: Counter[str] = Counter()
+    if fresh_keys is not None:
+        counts.update(_merge_counts(merge().whenNotMatchedInsertAll().execute()))
+        if counts["num_inserted_rows"] >= fresh_keys:
+            return dict(counts)
+    full = (
+        merge()
         .whenMatchedUpdateAll(condition=f"s.{version} > t.{version}")
         .whenNotMatchedInsertAll()
         .execute()
     )
-    return _merge_counts(merged)
+    counts.update(_merge_counts(full))
+    return dict(counts)
 
 
 def _record_late(

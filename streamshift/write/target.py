@@ -28,7 +28,7 @@ from streamshift.core.catalog import (
 from streamshift.core.contract import IS_DELETED, SOURCE
 from streamshift.core.flow import Flow, Reference
 from streamshift.read.control import closed_dates_in
-from streamshift.spark import interpreted
+from streamshift.spark import interpreted, is_interpreted
 from streamshift.write.transforms import checked_changes, raw_schema, state_columns
 
 if TYPE_CHECKING:
@@ -40,12 +40,17 @@ def read(spark: SparkSession, path: str) -> DataFrame:
     return spark.read.format("delta").load(path)
 
 
-def _log_entries(spark: SparkSession, path: str) -> list[str]:
-    """File names in the table's ``_delta_log`` (none when there is no log): one listing."""
+def _hadoop_fs(spark: SparkSession, path: str):  # type: ignore[no-untyped-def]
+    """``path`` as a Hadoop ``Path`` and the file system holding it (JVM objects)."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None  # a classic (not Spark Connect) session
-    log_dir = jvm.org.apache.hadoop.fs.Path(f"{path}/_delta_log")
-    fs = log_dir.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    return hadoop_path, hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+
+def _log_entries(spark: SparkSession, path: str) -> list[str]:
+    """File names in the table's ``_delta_log`` (none when there is no log): one listing."""
+    log_dir, fs = _hadoop_fs(spark, f"{path}/_delta_log")
     if not fs.exists(log_dir):
         return []
     return [str(status.getPath().getName()) for status in fs.listStatus(log_dir)]
@@ -100,13 +105,9 @@ def partition_bytes(spark: SparkSession, path: str, column: str, values: list[ob
     """Bytes in the table's partition directories ``column=value``: what a query of those
     partitions may scan, from one file-system call each (files a later commit replaced count
     until VACUUM removes them, so the measure errs large)."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None  # a classic (not Spark Connect) session
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
     total = 0
     for value in values:
-        directory = jvm.org.apache.hadoop.fs.Path(f"{path}/{column}={value}")
-        fs = directory.getFileSystem(conf)
+        directory, fs = _hadoop_fs(spark, f"{path}/{column}={value}")
         if fs.exists(directory):
             total += fs.getContentSummary(directory).getLength()
     return total
@@ -138,14 +139,18 @@ def when_small(
 ) -> AbstractContextManager[None]:
     """:func:`streamshift.spark.interpreted` (the targets' sessions and ``sessions``) when
     ``dates`` hold little current state in every target and every given file is small;
-    otherwise nothing changes."""
+    otherwise nothing changes. Inside such a block already (an EOD load's apply) nothing is
+    measured again."""
     targets, dates = list(targets), list(dates)
+    sessions = [*(t.spark for t in targets), *sessions]
+    if all(is_interpreted(s) for s in sessions):
+        return interpreted(*sessions)
     small = all(t.holds_little(dates) for t in targets) and all(
         f.stat().st_size < INTERPRET_BELOW_BYTES for f in files if f is not None and f.exists()
     )
     if not small:
         return nullcontext()
-    return interpreted(*(t.spark for t in targets), *sessions)
+    return interpreted(*sessions)
 
 
 # ---- reference data -----------------------------------------------------------------------
@@ -272,12 +277,15 @@ class Target:
             schema = view_schema(self.spark, self.flow, name)
         return self.spark.createDataFrame([], schema)
 
-    def holds_little(self, dates: Iterable[dt.date]) -> bool:
-        """Whether current state holds fewer than ``INTERPRET_BELOW_BYTES`` for ``dates``."""
-        held = partition_bytes(
+    def current_bytes(self, dates: Iterable[dt.date]) -> int:
+        """Bytes of current state's files for ``dates`` (0: the layer never held those dates)."""
+        return partition_bytes(
             self.spark, self.tables.current, self.flow.business_date, list(dates)
         )
-        return held < INTERPRET_BELOW_BYTES
+
+    def holds_little(self, dates: Iterable[dt.date]) -> bool:
+        """Whether current state holds fewer than ``INTERPRET_BELOW_BYTES`` for ``dates``."""
+        return self.current_bytes(dates) < INTERPRET_BELOW_BYTES
 
     def closed_dates(self) -> set[dt.date]:
         """Business dates an EOD run has closed for this flow (any layer).
