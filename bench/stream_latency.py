@@ -147,17 +147,19 @@ def _measure(
         for b in read_progress(pipeline.progress)
         if b.get("views_committed_at") and b.get("input_rows")
     ]
-    latencies = []
+    latencies, samples = [], []
     for i, (partition, offset) in acked.items():
         for b in batches:
             start = (b.get("start_offsets") or {}).get(topic, {}).get(str(partition), 0)
             end = (b.get("processed_offsets") or {}).get(topic, {}).get(str(partition), 0)
             if start <= offset < end:
                 latencies.append(b["views_committed_at"] - sent_at[i])
+                samples.append((sent_at[i], latencies[-1]))
                 break
     first_sent = min(sent_at.values())
     return {
         "latencies": latencies,
+        "samples": sorted(samples),  # (sent at, latency)
         "sampled": len(sent_at),
         "batches": [b for b in batches if b["views_committed_at"] > first_sent],
     }
@@ -189,21 +191,25 @@ def _report(pipeline: Pipeline, result: dict[str, Any]) -> None:
         print(f"  latency p{round(q * 100)}: {_percentile(latencies, q):.2f} s")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser(doc: str, seconds: float, pipelines: list[str]) -> argparse.ArgumentParser:
+    """The options of this bench and of bench/stream_soak.py (which differ in defaults)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--rate", type=float, default=1000.0, help="events per second")
-    parser.add_argument("--seconds", type=float, default=120.0, help="how long to produce")
+    parser.add_argument("--seconds", type=float, default=seconds, help="how long to produce")
     parser.add_argument("--trigger", default="1 second")
     parser.add_argument(
         "--pipelines",
         nargs="+",
-        default=["floor", "streamshift"],
+        default=pipelines,
         choices=["floor", "streamshift"],
-        help="run one after the other on the same broker (default: both, floor first)",
+        help=f"run one after the other on the same broker (default: {' '.join(pipelines)})",
     )
     parser.add_argument("--workdir", type=Path, default=None)
-    args = parser.parse_args()
+    return parser
 
+
+def run(args: argparse.Namespace) -> tuple[dict[str, Pipeline], dict[str, dict[str, Any]], Path]:
+    """Start a broker, run each pipeline of ``args.pipelines`` in turn; their results."""
     work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
     base = load_settings()
     broker = LocalBroker(
@@ -268,6 +274,13 @@ def main() -> int:
             results[name] = _measure(pipelines[name], settings, env, warmup, measured, args, work)
     finally:
         broker.stop()
+    return pipelines, results, work
+
+
+def main() -> int:
+    args = parser(__doc__, 120.0, ["floor", "streamshift"]).parse_args()
+    pipelines, results, _ = run(args)
+    n_events = int(args.rate * args.seconds)
     print(
         f"\nproduced:     {n_events} events at {args.rate:.0f}/s for {args.seconds:.0f}s "
         f"per pipeline (trigger {args.trigger})"
