@@ -121,7 +121,7 @@ def test_dag_test_loads_the_day_and_a_second_run_changes_no_table(
 
 @pytest.mark.airflow
 @pytest.mark.slow
-def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stack) -> None:  # type: ignore[no-untyped-def]
+def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stack, request) -> None:  # type: ignore[no-untyped-def]
     """A run triggered over the REST API as the UI does, and a two-date backfill created
     with ``streamshift airflow cli`` while it runs: their Spark jobs share the pool."""
     settings, client = airflow_stack
@@ -130,6 +130,9 @@ def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stac
     landed = {day: land_day(settings, day) for day in BACKFILL_DAYS}
     client.wait_for_dag("eod_trades")
     client.unpause("eod_trades")
+    # Paused again afterwards: the stack's later tests run eod_trades with dag.test(), and an
+    # unpaused DAG's runs are also the scheduler's, which re-queues a task dag.test() is running.
+    request.addfinalizer(lambda: client.pause("eod_trades"))
 
     # Refused by the params' JSON schema: no run is created.
     for conf, named in (

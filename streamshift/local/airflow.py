@@ -350,6 +350,10 @@ class AirflowClient:
     def unpause(self, dag_id: str) -> None:
         self._send("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
 
+    def pause(self, dag_id: str) -> None:
+        """The scheduler starts no run and no task of the DAG (``dag.test()`` runs its own)."""
+        self._send("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": True})
+
     def trigger(
         self,
         dag_id: str,
