@@ -10,7 +10,6 @@ Run by bench/stream_latency.py: python bench/_floor_stream.py --topic T --table 
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 import time
@@ -24,6 +23,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from streamshift.core.heartbeat import append_progress
 from streamshift.core.settings import load_settings
+from streamshift.jobs.stream import _offsets
 from streamshift.spark import get_spark
 
 
@@ -60,8 +60,9 @@ def main() -> int:
                     "input_rows": p.numInputRows,
                     "views_committed_at": committed.get(p.batchId),
                     "duration_ms": p.durationMs.get("triggerExecution"),
-                    "start_offsets": json.loads(source.startOffset or "{}"),
-                    "processed_offsets": json.loads(source.endOffset or "{}"),
+                    # the first batch's start offset is not JSON
+                    "start_offsets": _offsets(source.startOffset) or {},
+                    "processed_offsets": _offsets(source.endOffset) or {},
                 },
             )
 
