@@ -147,19 +147,18 @@ def _measure(
         for b in read_progress(pipeline.progress)
         if b.get("views_committed_at") and b.get("input_rows")
     ]
-    latencies, samples = [], []
+    samples = []  # (sent at, latency)
     for i, (partition, offset) in acked.items():
         for b in batches:
             start = (b.get("start_offsets") or {}).get(topic, {}).get(str(partition), 0)
             end = (b.get("processed_offsets") or {}).get(topic, {}).get(str(partition), 0)
             if start <= offset < end:
-                latencies.append(b["views_committed_at"] - sent_at[i])
-                samples.append((sent_at[i], latencies[-1]))
+                samples.append((sent_at[i], b["views_committed_at"] - sent_at[i]))
                 break
     first_sent = min(sent_at.values())
     return {
-        "latencies": latencies,
-        "samples": sorted(samples),  # (sent at, latency)
+        "latencies": [latency for _, latency in samples],
+        "samples": sorted(samples),
         "sampled": len(sent_at),
         "batches": [b for b in batches if b["views_committed_at"] > first_sent],
     }
