@@ -5,7 +5,7 @@
 FROM python:3.11.14-slim-bookworm
 
 RUN apt-get update \
- && apt-get install -y --no-install-recommends openjdk-17-jdk-headless maven procps tini \
+ && apt-get install -y --no-install-recommends openjdk-17-jdk-headless maven npm procps tini \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app
@@ -13,6 +13,7 @@ WORKDIR /app
 COPY pyproject.toml requirements.lock ./
 COPY scripts/ scripts/
 COPY jvm/ jvm/
+COPY expectations/assets/package.json expectations/assets/package-lock.json expectations/assets/
 COPY streamshift/__init__.py streamshift/__init__.py
 COPY flows/__init__.py flows/__init__.py
 RUN STREAMSHIFT_PYTHON=/usr/local/bin/python3.11 scripts/setup

@@ -21,6 +21,7 @@ from streamshift.control.report import write_report
 from streamshift.control.stages import PromotionRefused, check_promotion, promote
 from streamshift.core.catalog import ControlTables
 from streamshift.jobs.eod import run_eod
+from streamshift.quality.docs_assets import remaining_addresses
 from streamshift.quality.project import QualityRun
 from streamshift.quality.validate import data_docs_dir, run_quality
 from streamshift.read.control import quality_results
@@ -89,8 +90,17 @@ def test_suites_pass_on_clean_days_and_name_what_breaks(spark, settings, tmp_pat
     index = data_docs_dir(s) / "index.html"
     page = data_docs_dir(s) / clean.docs["trades.current"]
     assert page.exists() and clean.run_id in index.read_text()
+    # Offline, as here: every script, style sheet and image comes from the machine (npm
+    # copies under data_docs/vendor), so the page renders styled, with its tables and charts.
+    assert remaining_addresses(data_docs_dir(s)) == {}
     browser.get(page.as_uri())
     assert "trades.current" in browser.page_source
+    rendered = browser.execute_script(
+        "const nav = document.querySelector('nav.navbar');"
+        "return [typeof jQuery, typeof vegaEmbed, typeof jQuery.fn.bootstrapTable,"
+        " getComputedStyle(nav).display, nav.querySelector('img').naturalWidth > 0];"
+    )
+    assert rendered == ["function", "function", "function", "flex", True]
     shot = tmp_path / "data-docs.png"
     browser.save_screenshot(str(shot))
     print(f"screenshot of the Data Docs page: {shot}")

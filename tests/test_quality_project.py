@@ -57,3 +57,49 @@ def test_a_flow_overrides_thresholds_and_a_wrong_name_is_refused(
     (flows / "quality.json").write_text(json.dumps({"trades.raw": {"price_sane": {}}}))
     with pytest.raises(QualityError, match="has no such expectation.*price_plausible"):
         suite_document("trades.raw")
+
+
+def test_data_docs_load_nothing_from_the_internet(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Every CDN file GE's page templates name has a local copy (a GE upgrade that names
+    another one fails here), and pages point at the copies by working relative paths."""
+    import re
+
+    import great_expectations
+
+    from streamshift.quality import docs_assets
+
+    templates = Path(great_expectations.__file__).parent / "render" / "view"
+    named = set()
+    for template in templates.rglob("*.j2"):
+        named |= set(
+            re.findall(r"""(?:src|href)=["'](https://[^"'{]+)["']""", template.read_text())
+        )
+    resources = {u for u in named if not u.startswith("https://greatexpectations.io")}
+    assert resources and resources <= set(docs_assets.FILES), resources - set(docs_assets.FILES)
+    assert docs_assets.installed() == [], "run scripts/setup (npm ci in expectations/assets)"
+
+    logo = "https://great-expectations-web-assets.s3.us-east-2.amazonaws.com/logo-long.png?d=1"
+    head = "".join(f'<script src="{u}"></script>' for u in sorted(docs_assets.FILES))
+    page = f'<html><head>{head}</head><body><img src="{logo}"/></body></html>'
+    docs = tmp_path / "data_docs"
+    deep = docs / "validations" / "trades" / "raw" / "run" / "t" / "b.html"
+    for where in (docs / "index.html", deep):
+        where.parent.mkdir(parents=True, exist_ok=True)
+        where.write_text(page)
+    (docs / "static" / "images").mkdir(parents=True)
+    (docs / "static" / "images" / "logo-long.png").write_bytes(b"png")
+
+    # Without the installed files nothing changes and the warning says what to run.
+    assert docs_assets.localize(docs, assets=tmp_path / "nothing") == 0
+    assert "scripts/setup" in capsys.readouterr().err
+    assert deep.read_text() == page
+
+    assert docs_assets.localize(docs) == 2
+    assert docs_assets.remaining_addresses(docs) == {}
+    for where in (docs / "index.html", deep):
+        links = re.findall(r'src="([^"]+)"', where.read_text())
+        assert len(links) == len(docs_assets.FILES) + 1
+        assert all((where.parent / link).resolve().is_file() for link in links), links
+    fonts = docs / "vendor" / "@fortawesome" / "fontawesome-free" / "webfonts"
+    assert any(fonts.glob("*.woff2"))  # what all.min.css loads relative to itself
+    assert docs_assets.localize(docs) == 0  # done once: a second pass changes nothing

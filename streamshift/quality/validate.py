@@ -28,6 +28,7 @@ import os
 import shutil
 import statistics
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ from pyspark.sql import functions as F
 from streamshift.core.catalog import QUALITY_RUNS_SCHEMA, ControlTables
 from streamshift.core.contract import IS_DELETED
 from streamshift.core.flow import Flow
+from streamshift.quality.docs_assets import localize
 from streamshift.quality.project import (
     POLICIES,
     PROJECT,
@@ -373,7 +375,9 @@ def validate_frames(
                 run.docs[suite] = _docs_page(identifier)
         if build_docs and identifiers:
             _say(f"building Data Docs under {data_docs_dir(settings)}")
+            started = time.time()
             context.build_data_docs(resource_identifiers=identifiers)
+            localize(data_docs_dir(settings), since=started - 2)  # coarse mtimes
     return run
 
 
