@@ -3,8 +3,9 @@ and tuned with the driver JVM compiling with C1 only.
 
 ``bare``: what every deployment needs (Delta, UTC) and the shuffle partitions; ``tuned``: plus
 ``spark.tuning_conf`` (Delta log-replay partitions, UI off, ...), as the DAGs now submit;
-``tuned_c1``: tuned, with ``SPARK_SUBMIT_OPTS=-XX:TieredStopAtLevel=1`` (no C2 JIT: a short job
-spends much of its CPU compiling code it runs a few times; the test suite runs this way);
+``tuned_c1``: tuned, with ``SPARK_SUBMIT_OPTS`` = ``spark.SHORT_JOB_JVM_OPTS`` (no C2 JIT: a short
+job spends much of its CPU compiling code it runs a few times; the test suite runs this way);
+``c1_small_cache``: tuned_c1 with C1 alone's default 48 MB code cache (what the tests ran before);
 ``c1_interpreted``: tuned_c1 without Spark's code generation (whole-stage and expression codegen
 off: small data is evaluated faster than Janino compiles the code for it);
 ``c1_no_cds``: tuned_c1 without the class-data-sharing archive scripts/setup makes (the driver
@@ -31,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from flows.trades.generate import generate_day
 from streamshift.core.settings import load_settings
-from streamshift.spark import jars, submit_conf, submit_env, tuning_conf
+from streamshift.spark import SHORT_JOB_JVM_OPTS, jars, submit_conf, submit_env, tuning_conf
 
 DAY = dt.date(2026, 11, 20)
 INTERPRETED = {
@@ -94,9 +95,10 @@ def main() -> int:
     variants = {
         "bare": ({**submit_conf(settings), "spark.sql.shuffle.partitions": "2"}, ""),
         "tuned": (tuned, ""),
-        "tuned_c1": (tuned, "-XX:TieredStopAtLevel=1"),
-        "c1_interpreted": ({**tuned, **INTERPRETED}, "-XX:TieredStopAtLevel=1"),
-        "c1_no_cds": (no_cds, "-XX:TieredStopAtLevel=1"),
+        "tuned_c1": (tuned, SHORT_JOB_JVM_OPTS),
+        "c1_small_cache": (tuned, "-XX:TieredStopAtLevel=1"),
+        "c1_interpreted": ({**tuned, **INTERPRETED}, SHORT_JOB_JVM_OPTS),
+        "c1_no_cds": (no_cds, SHORT_JOB_JVM_OPTS),
     }
     if args.variants:
         variants = {name: variants[name] for name in args.variants}

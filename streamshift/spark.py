@@ -43,6 +43,14 @@ def jars(settings: Settings) -> list[str]:
     return [str(j) for j in found]
 
 
+# JVM options for short-lived drivers (the test suite's, a small day's job): C1 only, since
+# C2's compiling costs more CPU than it saves in a job of minutes, and a code cache as large as
+# tiered compilation's default. With C1 alone the JVM reserves only 48 MB, which Spark, Delta
+# and Janino's generated classes fill; the code cache sweeper then runs nearly non-stop (47 s of
+# a 4-minute test's CPU) and C1 recompiles what it flushed (BENCHMARKS.md, "Code cache").
+SHORT_JOB_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m"
+
+
 def deployment_conf(settings: Settings) -> dict[str, str]:
     """What every deployment needs, local or on a cluster."""
     return {

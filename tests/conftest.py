@@ -22,11 +22,14 @@ if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
 for _name in [n for n in os.environ if n.startswith("STREAMSHIFT_") and n != "STREAMSHIFT_PYTHON"]:
     del os.environ[_name]
 
+from streamshift.spark import SHORT_JOB_JVM_OPTS
+
 # Every JVM the tests start is short-lived (a SparkSession per test process, a spark-submit per
-# DAG task): C1-compiled code only halves the JIT's CPU on 2 cores (BENCHMARKS.md, "JIT").
-# SPARK_SUBMIT_OPTS reaches every Spark driver, including those Airflow's tasks submit.
+# DAG task): C1-compiled code only, in a code cache big enough for it, halves the JIT's CPU on 2
+# cores (BENCHMARKS.md, "JIT" and "Code cache"). SPARK_SUBMIT_OPTS reaches every Spark driver,
+# including those Airflow's tasks submit.
 os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
-    filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), "-XX:TieredStopAtLevel=1"])
+    filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), SHORT_JOB_JVM_OPTS])
 )
 
 from streamshift.core.registry import flow_names
