@@ -88,6 +88,12 @@ def test_warn_goes_on_and_fail_stops_the_eod_run(airflow_stack) -> None:  # type
     assert quality["business_date"] == str(FAIL_DAY) and quality["counts"]["fail"] >= 1
     for href in quality["data_docs"].values():
         assert "<html" in _get(f"{stack_url}/streamshift/{href}", client.token()).lower()
+    # With what the pages load: the local copies of GE's CDN files (Data Docs render offline).
+    page_url = f"{stack_url}/streamshift/{next(iter(quality['data_docs'].values()))}"
+    copies = re.findall(r'(?:src|href)="((?:\.\./)+vendor/[^"]+)"', _get(page_url, client.token()))
+    assert len(copies) >= 10, copies
+    for copy in copies:
+        assert _get(urljoin(page_url, copy), client.token())  # a 404 raises
     report_url = f"{stack_url}/streamshift/reports/trades/{FAIL_DAY}"
     report_html = _get(report_url, client.token())
     links = re.findall(r"href='(\.\./\.\./data_docs/[^']+)'", report_html)
