@@ -47,8 +47,10 @@ def jars(settings: Settings) -> list[str]:
 # C2's compiling costs more CPU than it saves in a job of minutes, and a code cache as large as
 # tiered compilation's default. With C1 alone the JVM reserves only 48 MB, which Spark, Delta
 # and Janino's generated classes fill; the code cache sweeper then runs nearly non-stop (47 s of
-# a 4-minute test's CPU) and C1 recompiles what it flushed (BENCHMARKS.md, "Code cache").
-SHORT_JOB_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m"
+# a 4-minute test's CPU) and C1 recompiles what it flushed (BENCHMARKS.md, "Code cache"). The
+# serial collector: on 2 cores G1's concurrent threads and barriers cost more than its short
+# pauses save for a driver of small data (the same test's CPU 0.64-0.75 of G1's).
+SHORT_JOB_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m -XX:+UseSerialGC"
 
 
 def deployment_conf(settings: Settings) -> dict[str, str]:
