@@ -12,7 +12,6 @@ copied anywhere (the Airflow plugin serves it as it is).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -79,18 +78,21 @@ _LOGO = re.compile(
     r"(?:logo-long|full_logo_dark)\.png(?:\?[^\"')\s]*)?"
 )
 LOGO = "static/images/logo-long.png"
-_ADDRESS = re.compile("|".join(re.escape(url) for url in sorted(FILES, key=len, reverse=True)))
 # An address followed by more of a path ("…/npm/vega@5.1/…") is not the one GE writes.
-_WHOLE = re.compile(rf"(?:{_ADDRESS.pattern})(?=[\"'\s)])")
+_WHOLE = re.compile(
+    "(?:" + "|".join(re.escape(url) for url in sorted(FILES, key=len, reverse=True)) + ")"
+    r"(?=[\"'\s)])"
+)
 
 
 def modules_dir(assets: Path = ASSETS) -> Path:
     return assets / "node_modules"
 
 
-def _lock_hash(assets: Path) -> str:
-    lock = assets / "package-lock.json"
-    return hashlib.sha256(lock.read_bytes()).hexdigest()[:16] if lock.is_file() else ""
+def _installed_version(assets: Path) -> str:
+    """The hash of package.json and the lock that scripts/setup installed (its stamp)."""
+    stamp = modules_dir(assets) / ".stamp"
+    return stamp.read_text().strip() if stamp.is_file() else ""
 
 
 def installed(assets: Path = ASSETS) -> list[str]:
@@ -100,9 +102,9 @@ def installed(assets: Path = ASSETS) -> list[str]:
 
 
 def _vendor(docs: Path, assets: Path) -> bool:
-    """Copy the files into ``docs/vendor`` once per lock (a stamp holds its hash)."""
+    """Copy the files into ``docs/vendor`` once per install (a stamp holds setup's hash)."""
     target, stamp = docs / VENDOR, docs / VENDOR / ".lock-hash"
-    want = _lock_hash(assets)
+    want = _installed_version(assets)
     if stamp.is_file() and stamp.read_text() == want:
         return True
     missing = installed(assets)
@@ -141,12 +143,13 @@ def rewrite(text: str, page: Path, docs: Path) -> str:
 
 def localize(docs: Path, since: float = 0.0, assets: Path = ASSETS) -> int:
     """Point the pages under ``docs`` written at or after ``since`` (a time.time()) at local
-    copies; returns how many pages changed. Without the installed assets, pages are left as
+    copies; returns how many pages (and style sheets) changed. Without the installed assets, pages are left as
     GE wrote them and a warning says how to install them."""
     if not docs.is_dir() or not _vendor(docs, assets):
         return 0
     changed = 0
-    for page in docs.rglob("*.html"):
+    # The default style sheet GE copies beside the pages names the dark logo by address too.
+    for page in [*docs.rglob("*.html"), *(docs / "static" / "styles").glob("*.css")]:
         if VENDOR in page.relative_to(docs).parts[:1] or page.stat().st_mtime < since:
             continue
         text = page.read_text(encoding="utf-8")
@@ -154,12 +157,6 @@ def localize(docs: Path, since: float = 0.0, assets: Path = ASSETS) -> int:
         if new != text:
             page.write_text(new, encoding="utf-8")
             changed += 1
-    # The default style sheet GE copies beside the pages names the dark logo by address too.
-    for sheet in (docs / "static" / "styles").glob("*.css"):
-        text = sheet.read_text(encoding="utf-8")
-        new = _LOGO.sub(Path(os.path.relpath(docs, sheet.parent), LOGO).as_posix(), text)
-        if new != text:
-            sheet.write_text(new, encoding="utf-8")
     return changed
 
 
