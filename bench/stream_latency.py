@@ -12,6 +12,15 @@ as multiples of the floor's (issue 14: goal ≤ 2).
   the append committed.
 * ``streamshift``: ``streamshift stream --flow trades``; visible = the micro-batch's positions
   MERGE committed, so a reader of the positions view sees the change.
+* ``serving`` (not run by default): the serving-path prototype of bench/_serving.py —
+  positions in Spark's state store, published per batch to a compacted topic; visible = the
+  publish returned, so a consumer of the topic sees the change. When it runs beside
+  ``streamshift`` (same events), the topic's final positions are checked against the Delta
+  positions table.
+
+``--together`` starts the chosen pipelines at the same time on one topic instead of one after
+the other: e.g. ``--pipelines serving streamshift --together`` is the serving path beside the
+Delta write path it would run with, both on the machine's two cores.
 
 Run: .venv/bin/python bench/stream_latency.py [--rate 1000] [--seconds 120] [--pipelines ...]
 """
@@ -34,6 +43,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from flows.trades.generate import generate_day
+from streamshift.core.catalog import LayerTables
 from streamshift.core.heartbeat import progress_path, read_progress
 from streamshift.core.processes import free_port
 from streamshift.core.registry import get_flow
@@ -45,6 +55,7 @@ from streamshift.sources.produce import produce_rows, read_rows
 
 DAY = dt.date(2026, 11, 20)
 SAMPLE_EVERY = 50
+SERVING_TOPIC = "serving.positions"  # compacted: the serving prototype's positions
 
 
 def _processed(progress: Path, topic: str) -> int:
@@ -87,28 +98,37 @@ class Pipeline:
 
 
 def _measure(
-    pipeline: Pipeline,
+    group: list[Pipeline],
     settings: Settings,
     env: dict[str, str],
     warmup: list[dict[str, str]],
     measured: list[dict[str, str]],
     args: argparse.Namespace,
     work: Path,
-) -> dict[str, Any]:
-    """Start the pipeline, warm it up, produce ``measured`` at the rate; latencies and batches."""
+) -> dict[str, dict[str, Any]]:
+    """Start the pipelines (one topic), warm up, produce ``measured`` at the rate; results each."""
     from confluent_kafka import Producer
 
     flow = get_flow("trades")
-    topic = pipeline.topic
+    (topic,) = {p.topic for p in group}
+    label = " + ".join(p.name for p in group)
     ensure_topic(settings, topic)
-    log = open(work / f"{pipeline.name}.log", "wb")  # noqa: SIM115 - closed with the job, below
-    job = subprocess.Popen(pipeline.command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    logs = [open(work / f"{p.name}.log", "wb") for p in group]  # noqa: SIM115 - closed below
+    jobs = [
+        subprocess.Popen(p.command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        for p, log in zip(group, logs, strict=True)
+    ]
     sent_at: dict[int, float] = {}
     acked: dict[int, tuple[int, int]] = {}
+
+    def caught_up(total: int, timeout: float) -> None:
+        for p, job in zip(group, jobs, strict=True):
+            _wait_caught_up(p.progress, topic, job, total, timeout)
+
     try:
-        print(f"[bench] {pipeline.name}: warming up with {len(warmup)} events", flush=True)
+        print(f"[bench] {label}: warming up with {len(warmup)} events", flush=True)
         produce_rows(settings, flow, warmup, topic=topic, progress=False)
-        _wait_caught_up(pipeline.progress, topic, job, len(warmup), 300)
+        caught_up(len(warmup), 300)
         producer = Producer(producer_config(settings) | {"linger.ms": 0})
 
         def on_delivery(i: int):  # type: ignore[no-untyped-def]
@@ -118,7 +138,7 @@ def _measure(
 
             return report
 
-        print(f"[bench] {pipeline.name}: {len(measured)} events at {args.rate:.0f}/s", flush=True)
+        print(f"[bench] {label}: {len(measured)} events at {args.rate:.0f}/s", flush=True)
         started = time.monotonic()
         for i, row in enumerate(measured):
             wait = started + i / args.rate - time.monotonic()
@@ -133,15 +153,25 @@ def _measure(
             )
             producer.poll(0)
             if i and i % (int(args.rate) * 10) == 0:
-                behind = len(warmup) + i - _processed(pipeline.progress, topic)
-                print(f"[bench] {pipeline.name}: {i} sent, {behind} not yet visible", flush=True)
+                behind = ", ".join(
+                    f"{p.name} {len(warmup) + i - _processed(p.progress, topic)}" for p in group
+                )
+                print(f"[bench] {i} sent; not yet visible: {behind}", flush=True)
         producer.flush(60)
-        _wait_caught_up(pipeline.progress, topic, job, len(warmup) + len(measured), 900)
+        caught_up(len(warmup) + len(measured), 900)
     finally:
-        job.send_signal(signal.SIGTERM)
-        job.wait(120)
-        log.close()
+        for job in jobs:
+            job.send_signal(signal.SIGTERM)
+        for job, log in zip(jobs, logs, strict=True):
+            job.wait(120)
+            log.close()
+    return {p.name: _latencies(p, topic, sent_at, acked) for p in group}
 
+
+def _latencies(
+    pipeline: Pipeline, topic: str, sent_at: dict[int, float], acked: dict[int, tuple[int, int]]
+) -> dict[str, Any]:
+    """Each sampled event's latency: the batch that held its offset became visible − sent."""
     batches = [
         b
         for b in read_progress(pipeline.progress)
@@ -200,8 +230,13 @@ def parser(doc: str, seconds: float, pipelines: list[str]) -> argparse.ArgumentP
         "--pipelines",
         nargs="+",
         default=pipelines,
-        choices=["floor", "streamshift"],
+        choices=["floor", "streamshift", "serving"],
         help=f"run one after the other on the same broker (default: {' '.join(pipelines)})",
+    )
+    parser.add_argument(
+        "--together",
+        action="store_true",
+        help="run the pipelines at the same time on one topic (they share the two cores)",
     )
     parser.add_argument("--workdir", type=Path, default=None)
     return parser
@@ -229,6 +264,11 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Pipeline], dict[str, dict[s
     rows = read_rows(files.eod, get_flow("trades"))
     warmup, measured = rows[:2000], rows[2000 : 2000 + n_events]
     here = Path(__file__).resolve().parent
+
+    def topic(own: str) -> str:
+        """Each pipeline reads its own topic, or all read one when they run together."""
+        return "trades" if args.together else own
+
     pipelines = {
         "floor": Pipeline(
             "floor",
@@ -237,7 +277,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Pipeline], dict[str, dict[s
                 sys.executable,
                 str(here / "_floor_stream.py"),
                 "--topic",
-                "floor",
+                topic("floor"),
                 "--table",
                 str(work / "floor" / "events"),
                 "--progress",
@@ -246,7 +286,29 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Pipeline], dict[str, dict[s
                 args.trigger,
             ],
             work / "floor.progress.jsonl",
-            "floor",
+            topic("floor"),
+        ),
+        "serving": Pipeline(
+            "serving",
+            "its micro-batch's changed positions published to the compacted topic",
+            [
+                sys.executable,
+                str(here / "_floor_stream.py"),
+                "--mode",
+                "serving",
+                "--topic",
+                topic("serving"),
+                "--publish",
+                SERVING_TOPIC,
+                "--table",
+                str(work / "serving" / "state"),
+                "--progress",
+                str(work / "serving.progress.jsonl"),
+                "--trigger",
+                args.trigger,
+            ],
+            work / "serving.progress.jsonl",
+            topic("serving"),
         ),
         "streamshift": Pipeline(
             "streamshift",
@@ -259,21 +321,82 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Pipeline], dict[str, dict[s
                 "--flow",
                 "trades",
                 "--topic",
-                "trades",
+                topic("trades"),
                 "--trigger",
                 args.trigger,
             ],
             progress_path(settings.home, "trades", "stream"),
-            "trades",
+            topic("trades"),
         ),
     }
     results: dict[str, dict[str, Any]] = {}
     try:
-        for name in args.pipelines:
-            results[name] = _measure(pipelines[name], settings, env, warmup, measured, args, work)
+        if "serving" in args.pipelines:
+            ensure_topic(settings, SERVING_TOPIC, compacted=True)
+        groups = [args.pipelines] if args.together else [[name] for name in args.pipelines]
+        for names in groups:
+            group = [pipelines[name] for name in names]
+            results |= _measure(group, settings, env, warmup, measured, args, work)
+        if {"serving", "streamshift"} <= set(results):
+            _check_serving(settings)
     finally:
         broker.stop()
     return pipelines, results, work
+
+
+def _served_positions(settings: Settings) -> dict[tuple[str, ...], tuple[str, ...]]:
+    """The compacted topic read to its end: the last value per group, emptied groups dropped."""
+    import json
+    from decimal import Decimal
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        settings.kafka_client_config()
+        | {"group.id": "bench-check", "enable.auto.commit": False, "log_level": 3}
+    )
+    topic = consumer.list_topics(SERVING_TOPIC, timeout=10).topics[SERVING_TOPIC]
+    ends = {}
+    for p in topic.partitions:
+        _, high = consumer.get_watermark_offsets(TopicPartition(SERVING_TOPIC, p), timeout=10)
+        ends[p] = high
+    consumer.assign([TopicPartition(SERVING_TOPIC, p, 0) for p in ends])
+    latest: dict[tuple[str, ...], tuple[str, ...] | None] = {}
+    done = {p for p, high in ends.items() if high == 0}
+    while len(done) < len(ends):
+        msg = consumer.poll(5)
+        if msg is None or msg.error():
+            continue
+        group = json.loads(msg.key())
+        key = tuple(str(group[c]) for c in ("business_date", "book", "instrument"))
+        value = json.loads(msg.value(), parse_float=Decimal) if msg.value() is not None else None
+        latest[key] = None if value is None else tuple(str(v) for v in value.values())
+        if msg.offset() + 1 >= ends[msg.partition()]:
+            done.add(msg.partition())
+    consumer.close()
+    return {k: v for k, v in latest.items() if v is not None}
+
+
+def _check_serving(settings: Settings) -> None:
+    """The serving topic's positions equal streamshift's Delta positions table, group by group."""
+    from deltalake import DeltaTable
+
+    flow = get_flow("trades")
+    table = DeltaTable(LayerTables(settings.warehouse, flow, "stream").view("positions"))
+    rows = table.to_pyarrow_table().to_pylist()
+    columns = ("net_quantity", "net_notional_usd", "gross_notional_usd", "trade_count")
+    stored = {
+        tuple(str(r[c]) for c in ("business_date", "book", "instrument")): tuple(
+            str(r[c]) for c in columns
+        )
+        for r in rows
+    }
+    served = _served_positions(settings)
+    differ = [k for k in stored.keys() | served.keys() if stored.get(k) != served.get(k)]
+    verdict = "equal" if not differ else f"{len(differ)} differ, e.g. {sorted(differ)[:3]}"
+    print(
+        f"\nserving topic vs streamshift's positions table: {len(served)} / {len(stored)} groups, {verdict}"
+    )
 
 
 def main() -> int:
@@ -286,13 +409,14 @@ def main() -> int:
     )
     for name, result in results.items():
         _report(pipelines[name], result)
-    if {"floor", "streamshift"} <= set(results):
-        for q, goal in ((0.50, "p50"), (0.99, "p99")):
-            ours = _percentile(results["streamshift"]["latencies"], q)
-            floor = _percentile(results["floor"]["latencies"], q)
-            print(
-                f"{goal} streamshift / floor: {ours:.2f} / {floor:.2f} = {ours / floor:.2f} (goal <= 2)"
-            )
+    for name in ("streamshift", "serving"):
+        if {"floor", name} <= set(results):
+            for q, goal in ((0.50, "p50"), (0.99, "p99")):
+                ours = _percentile(results[name]["latencies"], q)
+                floor = _percentile(results["floor"]["latencies"], q)
+                print(
+                    f"{goal} {name} / floor: {ours:.2f} / {floor:.2f} = {ours / floor:.2f} (goal <= 2)"
+                )
     return 0
 
 

@@ -15,8 +15,13 @@ def admin_client(settings: Settings):  # type: ignore[no-untyped-def]
     return AdminClient(config)
 
 
-def ensure_topic(settings: Settings, name: str, partitions: int | None = None) -> bool:
-    """Create ``name`` with partitions and retention from settings. False if it existed."""
+def ensure_topic(
+    settings: Settings, name: str, partitions: int | None = None, *, compacted: bool = False
+) -> bool:
+    """Create ``name`` with partitions and retention from settings. False if it existed.
+
+    ``compacted``: a changelog (the last value per key is kept, a null value deletes it).
+    """
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
@@ -27,7 +32,11 @@ def ensure_topic(settings: Settings, name: str, partitions: int | None = None) -
         name,
         num_partitions=partitions or settings.kafka_topic_partitions,
         replication_factor=settings.kafka_replication_factor,
-        config={"retention.ms": str(settings.kafka_retention_ms)},
+        config=(
+            {"cleanup.policy": "compact"}
+            if compacted
+            else {"retention.ms": str(settings.kafka_retention_ms)}
+        ),
     )
     try:
         admin.create_topics([topic], operation_timeout=30)[name].result(timeout=60)

@@ -1,0 +1,97 @@
+"""Decode cost: what turning Kafka messages into the write path's raw rows costs, by stage.
+
+N generated trade events (default 200,000) are encoded exactly as producers send them and held
+in memory as a Kafka-shaped DataFrame (key, value, topic, partition, offset, timestamp). Then,
+in one Spark session and alternating rounds, each variant is run to the end (a ``noop`` write
+of all its columns) and timed; medians per variant and µs per event are printed.
+
+* ``bytes``: cast the value to a string (the floor: no JSON at all);
+* ``parse``: ``try_parse_json`` of every message;
+* ``extract``: parse, then each column as a string (no type check);
+* ``decode``: ``streamshift.sources.decode`` as the stream job runs it (type checks, rules);
+* ``from_json``: Spark's ``from_json`` with an all-string schema (what the issue quotes).
+
+Run: .venv/bin/python bench/decode_cost.py [--events N] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
+
+from flows.trades.generate import generate_day
+from streamshift.core.registry import get_flow
+from streamshift.core.settings import load_settings
+from streamshift.sources.decode import decode
+from streamshift.sources.events import encode_event
+from streamshift.sources.produce import read_rows
+from streamshift.spark import get_spark
+
+DAY = dt.date(2026, 11, 20)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    flow = get_flow("trades")
+    work = Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
+    print(f"[bench] generating and encoding {args.events} events", flush=True)
+    files = generate_day(DAY, args.events, work / "files", seed=5)
+    messages = [encode_event(flow, row) for row in read_rows(files.eod, flow)][: args.events]
+    spark = get_spark(load_settings(home=work / "home"), app_name="bench-decode")
+    now = dt.datetime.now(dt.UTC)
+    kafka = (
+        spark.createDataFrame(
+            [(k, v, "trades", i % 3, i, now) for i, (k, v) in enumerate(messages)],
+            "key BINARY, value BINARY, topic STRING, partition INT, offset LONG, timestamp TIMESTAMP",
+        )
+        .repartition(3)
+        .persist()
+    )
+    print(f"[bench] {kafka.count()} messages in memory", flush=True)
+    text = F.col("value").cast("string")
+    strings = StructType([StructField(c, StringType()) for c in flow.columns])
+    variants: dict[str, Callable[[DataFrame], DataFrame]] = {
+        "bytes": lambda df: df.select(text.alias("t")),
+        "parse": lambda df: df.select(F.try_parse_json(text).alias("d")),
+        "extract": lambda df: df.select(F.try_parse_json(text).alias("d")).select(
+            *[F.try_variant_get("d", f"$.{c}", "string").alias(c) for c in flow.columns]
+        ),
+        "decode": decode(flow),
+        "from_json": lambda df: df.select(F.from_json(text, strings).alias("r")).select("r.*"),
+    }
+    seconds: dict[str, list[float]] = {name: [] for name in variants}
+    for round_ in range(args.rounds + 1):  # round 0 warms the JIT up and is not counted
+        for name, transform in variants.items():
+            started = time.perf_counter()
+            kafka.transform(transform).write.format("noop").mode("overwrite").save()
+            if round_:
+                seconds[name].append(time.perf_counter() - started)
+        print(f"[bench] round {round_} done", flush=True)
+    floor = statistics.median(seconds["bytes"])
+    print(f"\n{args.events} events, median of {args.rounds} rounds:")
+    for name, values in seconds.items():
+        median = statistics.median(values)
+        print(
+            f"  {name:10s} {median:6.2f} s  {median / args.events * 1e6:6.1f} µs/event  "
+            f"{median / floor:5.1f}× bytes"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
