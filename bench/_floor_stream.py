@@ -42,6 +42,12 @@ def main() -> int:
     parser.add_argument("--trigger", default="1 second")
     parser.add_argument("--mode", choices=["append", "serving"], default="append")
     parser.add_argument("--publish", help="serving: the compacted topic positions go to")
+    parser.add_argument(
+        "--state-partitions",
+        type=int,
+        default=None,
+        help="serving: partitions of the state store (default: spark.sql.shuffle.partitions)",
+    )
     args = parser.parse_args()
     settings = load_settings()
     # Python workers (the serving mode's state processor) run this interpreter, with pandas.
@@ -124,6 +130,8 @@ def main() -> int:
 
         from streamshift.core.registry import get_flow
 
+        if args.state_partitions:  # fixed by the checkpoint's first batch
+            spark.conf.set("spark.sql.shuffle.partitions", str(args.state_partitions))
         spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
         spark.conf.set(
             "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true"

@@ -238,6 +238,12 @@ def parser(doc: str, seconds: float, pipelines: list[str]) -> argparse.ArgumentP
         action="store_true",
         help="run the pipelines at the same time on one topic (they share the two cores)",
     )
+    parser.add_argument(
+        "--state-partitions",
+        type=int,
+        default=None,
+        help="serving: state store partitions (default: the profile's shuffle partitions, 4 here)",
+    )
     parser.add_argument("--workdir", type=Path, default=None)
     return parser
 
@@ -300,6 +306,11 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Pipeline], dict[str, dict[s
                 topic("serving"),
                 "--publish",
                 SERVING_TOPIC,
+                *(
+                    ["--state-partitions", str(args.state_partitions)]
+                    if args.state_partitions
+                    else []
+                ),
                 "--table",
                 str(work / "serving" / "state"),
                 "--progress",
