@@ -1,14 +1,9 @@
-"""The floor and the serving prototype of bench/stream_latency.py, one Kafka query each.
+"""The latency floor of bench/stream_latency.py: Kafka → ``foreachBatch`` → one Delta append.
 
-* ``--mode append`` (the floor): Kafka → ``foreachBatch`` → one Delta append of the raw
-  records. The same Spark profile, source options and trigger as ``streamshift stream``, and
-  nothing else: no decoding, no validation, no MERGE.
-* ``--mode serving``: the serving-path prototype of ``bench/_serving.py`` (the flow's decode,
-  rules and enrichment, positions in the state store), each batch's changed positions
-  published to the compacted topic ``--publish``.
-
-Each micro-batch's visible time (append committed / publish returned) and offset range go to
-``--progress`` as JSON lines shaped like the streaming job's progress log. SIGTERM stops it.
+The same Spark profile, source options and trigger as ``streamshift stream``, and nothing else:
+no decoding, no validation, no MERGE. Each micro-batch's commit time, offset range and Spark's
+phases go to ``--progress`` as JSON lines shaped like the streaming job's progress log.
+SIGTERM stops it.
 
 Run by bench/stream_latency.py: python bench/_floor_stream.py --topic T --table P --progress F
 """
@@ -16,7 +11,6 @@ Run by bench/stream_latency.py: python bench/_floor_stream.py --topic T --table 
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import time
@@ -30,6 +24,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from streamshift.core.heartbeat import append_progress
 from streamshift.core.settings import load_settings
+from streamshift.jobs.serve import phases
 from streamshift.jobs.stream import _offsets
 from streamshift.spark import get_spark
 
@@ -40,19 +35,9 @@ def main() -> int:
     parser.add_argument("--table", required=True, help="the Delta table appended to")
     parser.add_argument("--progress", type=Path, required=True, help="JSON lines, one per batch")
     parser.add_argument("--trigger", default="1 second")
-    parser.add_argument("--mode", choices=["append", "serving"], default="append")
-    parser.add_argument("--publish", help="serving: the compacted topic positions go to")
-    parser.add_argument(
-        "--state-partitions",
-        type=int,
-        default=None,
-        help="serving: partitions of the state store (default: spark.sql.shuffle.partitions)",
-    )
     args = parser.parse_args()
     settings = load_settings()
-    # Python workers (the serving mode's state processor) run this interpreter, with pandas.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = get_spark(settings, app_name=f"bench-{args.mode}")
+    spark = get_spark(settings, app_name="bench-floor")
     committed: dict[int, float] = {}
 
     class Progress(StreamingQueryListener):
@@ -77,19 +62,7 @@ def main() -> int:
                     "input_rows": p.numInputRows,
                     "views_committed_at": committed.get(p.batchId),
                     "duration_ms": p.durationMs.get("triggerExecution"),
-                    # where a batch's time goes (Spark's phases; the state store's share)
-                    "seconds_by_step": {
-                        **{
-                            k: v / 1000
-                            for k, v in p.durationMs.items()
-                            if k in ("latestOffset", "queryPlanning", "addBatch", "walCommit")
-                        },
-                        **{
-                            f"state {k}": sum(getattr(op, k) for op in p.stateOperators) / 1000
-                            for k in ("allUpdatesTimeMs", "commitTimeMs")
-                            if p.stateOperators
-                        },
-                    },
+                    "seconds_by_step": phases(p),
                     # the first batch's start offset is not JSON
                     "start_offsets": _offsets(source.startOffset) or {},
                     "processed_offsets": _offsets(source.endOffset) or {},
@@ -104,43 +77,14 @@ def main() -> int:
         ).write.format("delta").mode("append").save(args.table)
         committed[batch_id] = time.time()
 
-    def publish(batch: DataFrame, batch_id: int) -> None:
-        from _serving import as_messages
-
-        as_messages(batch).write.format("kafka").options(**settings.spark_kafka_options()).option(
-            "topic", args.publish
-        ).save()
-        committed[batch_id] = time.time()
-
-    kafka = (
+    query = (
         spark.readStream.format("kafka")
         .options(**settings.spark_kafka_options())
         .option("subscribe", args.topic)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
         .load()
-    )
-    if args.mode == "serving":
-        import _serving
-        from _serving import ROCKSDB, positions_stream
-        from pyspark import cloudpickle
-
-        # The Python workers do not have bench/ on their path: ship the module's code itself.
-        cloudpickle.register_pickle_by_value(_serving)
-
-        from streamshift.core.registry import get_flow
-
-        if args.state_partitions:  # fixed by the checkpoint's first batch
-            spark.conf.set("spark.sql.shuffle.partitions", str(args.state_partitions))
-        spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-        spark.conf.set(
-            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true"
-        )
-        stream, sink = positions_stream(spark, get_flow("trades"), kafka), publish
-    else:
-        stream, sink = kafka, append
-    query = (
-        stream.writeStream.foreachBatch(sink)
+        .writeStream.foreachBatch(append)
         .option("checkpointLocation", f"{args.table}_checkpoint")
         .trigger(processingTime=args.trigger)
         .start()

@@ -12,9 +12,9 @@ as multiples of the floor's (issue 14: goal ≤ 2).
   the append committed.
 * ``streamshift``: ``streamshift stream --flow trades``; visible = the micro-batch's positions
   MERGE committed, so a reader of the positions view sees the change.
-* ``serving`` (not run by default): the serving-path prototype of bench/_serving.py —
-  positions in Spark's state store, published per batch to a compacted topic; visible = the
-  publish returned, so a consumer of the topic sees the change. When it runs beside
+* ``serving`` (not run by default): ``streamshift serve --flow trades`` — positions in Spark's
+  state store, published per batch to a compacted topic; visible = the publish returned, so a
+  consumer of the topic sees the change. When it runs beside
   ``streamshift`` (same events), the topic's final positions are checked against the Delta
   positions table.
 
@@ -49,13 +49,12 @@ from streamshift.core.processes import free_port
 from streamshift.core.registry import get_flow
 from streamshift.core.settings import Settings, load_settings
 from streamshift.local.broker import LocalBroker
-from streamshift.sources.events import encode_event
+from streamshift.sources.events import encode_event, serving_topic
 from streamshift.sources.kafka import ensure_topic, producer_config
 from streamshift.sources.produce import produce_rows, read_rows
 
 DAY = dt.date(2026, 11, 20)
 SAMPLE_EVERY = 50
-SERVING_TOPIC = "serving.positions"  # compacted: the serving prototype's positions
 
 
 def _processed(progress: Path, topic: str) -> int:
@@ -95,6 +94,7 @@ class Pipeline:
     command: list[str]
     progress: Path
     topic: str
+    visible_field: str = "views_committed_at"  # the progress line's "visible at" time
 
 
 def _measure(
@@ -172,10 +172,9 @@ def _latencies(
     pipeline: Pipeline, topic: str, sent_at: dict[int, float], acked: dict[int, tuple[int, int]]
 ) -> dict[str, Any]:
     """Each sampled event's latency: the batch that held its offset became visible − sent."""
+    visible = pipeline.visible_field
     batches = [
-        b
-        for b in read_progress(pipeline.progress)
-        if b.get("views_committed_at") and b.get("input_rows")
+        b for b in read_progress(pipeline.progress) if b.get(visible) and b.get("input_rows")
     ]
     samples = []  # (sent at, latency)
     for i, (partition, offset) in acked.items():
@@ -183,14 +182,14 @@ def _latencies(
             start = (b.get("start_offsets") or {}).get(topic, {}).get(str(partition), 0)
             end = (b.get("processed_offsets") or {}).get(topic, {}).get(str(partition), 0)
             if start <= offset < end:
-                samples.append((sent_at[i], b["views_committed_at"] - sent_at[i]))
+                samples.append((sent_at[i], b[visible] - sent_at[i]))
                 break
     first_sent = min(sent_at.values())
     return {
         "latencies": [latency for _, latency in samples],
         "samples": sorted(samples),
         "sampled": len(sent_at),
-        "batches": [b for b in batches if b["views_committed_at"] > first_sent],
+        "batches": [b for b in batches if b[visible] > first_sent],
     }
 
 
@@ -237,12 +236,6 @@ def parser(doc: str, seconds: float, pipelines: list[str]) -> argparse.ArgumentP
         "--together",
         action="store_true",
         help="run the pipelines at the same time on one topic (they share the two cores)",
-    )
-    parser.add_argument(
-        "--state-partitions",
-        type=int,
-        default=None,
-        help="serving: state store partitions (default: the profile's shuffle partitions, 4 here)",
     )
     parser.add_argument("--workdir", type=Path, default=None)
     return parser
@@ -299,27 +292,19 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Pipeline], dict[str, dict[s
             "its micro-batch's changed positions published to the compacted topic",
             [
                 sys.executable,
-                str(here / "_floor_stream.py"),
-                "--mode",
-                "serving",
+                "-m",
+                "streamshift.cli",
+                "serve",
+                "--flow",
+                "trades",
                 "--topic",
                 topic("serving"),
-                "--publish",
-                SERVING_TOPIC,
-                *(
-                    ["--state-partitions", str(args.state_partitions)]
-                    if args.state_partitions
-                    else []
-                ),
-                "--table",
-                str(work / "serving" / "state"),
-                "--progress",
-                str(work / "serving.progress.jsonl"),
                 "--trigger",
                 args.trigger,
             ],
-            work / "serving.progress.jsonl",
+            progress_path(settings.home, "trades", "serve-positions"),
             topic("serving"),
+            visible_field="visible_at",
         ),
         "streamshift": Pipeline(
             "streamshift",
@@ -342,20 +327,18 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Pipeline], dict[str, dict[s
     }
     results: dict[str, dict[str, Any]] = {}
     try:
-        if "serving" in args.pipelines:
-            ensure_topic(settings, SERVING_TOPIC, compacted=True)
         groups = [args.pipelines] if args.together else [[name] for name in args.pipelines]
         for names in groups:
             group = [pipelines[name] for name in names]
             results |= _measure(group, settings, env, warmup, measured, args, work)
         if {"serving", "streamshift"} <= set(results):
-            _check_serving(settings)
+            _check_serving(settings, serving_topic(pipelines["serving"].topic, "positions"))
     finally:
         broker.stop()
     return pipelines, results, work
 
 
-def _served_positions(settings: Settings) -> dict[tuple[str, ...], tuple[str, ...]]:
+def _served_positions(settings: Settings, served: str) -> dict[tuple[str, ...], tuple[str, ...]]:
     """The compacted topic read to its end: the last value per group, emptied groups dropped."""
     import json
     from decimal import Decimal
@@ -366,12 +349,12 @@ def _served_positions(settings: Settings) -> dict[tuple[str, ...], tuple[str, ..
         settings.kafka_client_config()
         | {"group.id": "bench-check", "enable.auto.commit": False, "log_level": 3}
     )
-    topic = consumer.list_topics(SERVING_TOPIC, timeout=10).topics[SERVING_TOPIC]
+    topic = consumer.list_topics(served, timeout=10).topics[served]
     ends = {}
     for p in topic.partitions:
-        _, high = consumer.get_watermark_offsets(TopicPartition(SERVING_TOPIC, p), timeout=10)
+        _, high = consumer.get_watermark_offsets(TopicPartition(served, p), timeout=10)
         ends[p] = high
-    consumer.assign([TopicPartition(SERVING_TOPIC, p, 0) for p in ends])
+    consumer.assign([TopicPartition(served, p, 0) for p in ends])
     latest: dict[tuple[str, ...], tuple[str, ...] | None] = {}
     done = {p for p, high in ends.items() if high == 0}
     while len(done) < len(ends):
@@ -388,7 +371,7 @@ def _served_positions(settings: Settings) -> dict[tuple[str, ...], tuple[str, ..
     return {k: v for k, v in latest.items() if v is not None}
 
 
-def _check_serving(settings: Settings) -> None:
+def _check_serving(settings: Settings, served_topic: str) -> None:
     """The serving topic's positions equal streamshift's Delta positions table, group by group."""
     from deltalake import DeltaTable
 
@@ -402,7 +385,7 @@ def _check_serving(settings: Settings) -> None:
         )
         for r in rows
     }
-    served = _served_positions(settings)
+    served = _served_positions(settings, served_topic)
     differ = [k for k in stored.keys() | served.keys() if stored.get(k) != served.get(k)]
     verdict = "equal" if not differ else f"{len(differ)} differ, e.g. {sorted(differ)[:3]}"
     print(

@@ -343,6 +343,20 @@ def _trigger(text: str) -> str:
     return f"{number} {unit if unit.endswith('s') else unit + 's'}"
 
 
+def _trigger_options(p: argparse.ArgumentParser) -> None:
+    """--trigger or --available-now, for the commands that run a streaming query."""
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--trigger",
+        default="1 seconds",
+        type=_trigger,
+        help="micro-batch interval, e.g. 1s, 500ms, 2m (default 1s)",
+    )
+    mode.add_argument(
+        "--available-now", action="store_true", help="process what the topic holds now, then stop"
+    )
+
+
 def _cmd_stream(args: argparse.Namespace) -> int:
     from streamshift.jobs.stream import run_stream
 
@@ -355,6 +369,26 @@ def _cmd_stream(args: argparse.Namespace) -> int:
         trigger=args.trigger,
         available_now=args.available_now,
         topic=args.topic,
+    )
+    print(run.describe())
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from streamshift.core.registry import get_flow
+    from streamshift.jobs.serve import additive_view, ensure_worker_python, run_serve
+
+    additive_view(get_flow(args.flow), args.view)  # refuse before starting Spark
+    ensure_worker_python()
+    settings, spark, flow = _spark(args.flow)
+    run = run_serve(
+        spark,
+        settings,
+        flow,
+        args.view,
+        topic=args.topic,
+        trigger=args.trigger,
+        available_now=args.available_now,
     )
     print(run.describe())
     return 0
@@ -551,18 +585,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--flow", required=True)
     p.add_argument("--layer", choices=["batch", "stream"], default="stream")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument(
-        "--trigger",
-        default="1 seconds",
-        type=_trigger,
-        help="micro-batch interval, e.g. 1s, 500ms, 2m (default 1s)",
-    )
-    mode.add_argument(
-        "--available-now", action="store_true", help="process what the topic holds now, then stop"
-    )
+    _trigger_options(p)
     p.add_argument("--topic", help="topic (default: the flow's name)")
     p.set_defaults(handler=_cmd_stream)
+
+    p = sub.add_parser(
+        "serve",
+        help="keep a view in Spark's state store and publish it to a compacted topic",
+        description="Read the flow's topic, run the flow's decode, rules and enrichment, and keep "
+        "an additive view (View.additive: sums and counts) in Spark's state store (RocksDB, "
+        "exactly once through the checkpoint). Each micro-batch publishes the groups it changed "
+        "to <topic>.<view> (compacted; key = the group as JSON, value = the view's row, null "
+        "when the group emptied): a low-latency read path beside the Delta tables, which the "
+        "`stream` job keeps writing. Ctrl-C stops it; it resumes from its checkpoint.",
+    )
+    p.add_argument("--flow", required=True)
+    p.add_argument("--view", help="the view to serve (default: the flow's first)")
+    _trigger_options(p)
+    p.add_argument("--topic", help="topic read (default: the flow's name)")
+    p.set_defaults(handler=_cmd_serve)
 
     p = sub.add_parser(
         "status",

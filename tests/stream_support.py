@@ -114,3 +114,28 @@ def drain(spark, settings: Settings, topic: str, layer: str = "stream", flow: Fl
         handle_signals=False,
         echo=False,
     )
+
+
+def consume_all(settings, topic: str) -> list[tuple[bytes | None, bytes | None, dict[str, bytes]]]:  # type: ignore[no-untyped-def]
+    """Every message of ``topic`` (all partitions) from the beginning."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            **settings.kafka_client_config(),
+            "group.id": new_topic("check"),
+            "enable.auto.commit": False,
+        }
+    )
+    meta = consumer.list_topics(topic, timeout=10).topics[topic]
+    parts = [TopicPartition(topic, p, 0) for p in meta.partitions]
+    ends = {p.partition: consumer.get_watermark_offsets(p, timeout=10)[1] for p in parts}
+    consumer.assign(parts)
+    out: list[tuple[bytes | None, bytes | None, dict[str, bytes]]] = []
+    while sum(ends.values()) > len(out):
+        msg = consumer.poll(10)
+        assert msg is not None, f"timed out reading {topic}: {len(out)} of {sum(ends.values())}"
+        if msg.error() is None:
+            out.append((msg.key(), msg.value(), dict(msg.headers() or [])))
+    consumer.close()
+    return out

@@ -17,6 +17,7 @@ from streamshift.sources.kafka import ensure_topic, producer_config
 from streamshift.sources.produce import produce_rows, read_rows
 from streamshift.write.target import Target, read
 from tests.stream_support import (
+    consume_all,
     csv_rows,
     drain,
     isolated,
@@ -44,31 +45,6 @@ def _send_raw(settings, topic: str, messages: list[tuple[bytes | None, bytes | N
     for key, value in messages:
         producer.produce(topic, key=key, value=value)
     assert producer.flush(60) == 0
-
-
-def _consume_all(settings, topic: str) -> list[tuple[bytes | None, bytes | None, dict[str, bytes]]]:  # type: ignore[no-untyped-def]
-    """Every message of ``topic`` (all partitions) from the beginning."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {
-            **settings.kafka_client_config(),
-            "group.id": new_topic("check"),
-            "enable.auto.commit": False,
-        }
-    )
-    meta = consumer.list_topics(topic, timeout=10).topics[topic]
-    parts = [TopicPartition(topic, p, 0) for p in meta.partitions]
-    ends = {p.partition: consumer.get_watermark_offsets(p, timeout=10)[1] for p in parts}
-    consumer.assign(parts)
-    out: list[tuple[bytes | None, bytes | None, dict[str, bytes]]] = []
-    while sum(ends.values()) > len(out):
-        msg = consumer.poll(10)
-        assert msg is not None, f"timed out reading {topic}: {len(out)} of {sum(ends.values())}"
-        if msg.error() is None:
-            out.append((msg.key(), msg.value(), dict(msg.headers() or [])))
-    consumer.close()
-    return out
 
 
 def test_stream_and_eod_batch_reach_the_same_state(
@@ -197,7 +173,7 @@ def test_poison_messages_are_quarantined_and_undecodable_ones_dead_lettered(  # 
     )
     assert all(r["source_ref"].startswith(f"{topic}:") for r in quarantine)
 
-    dlq = _consume_all(settings, dlq_topic(topic))
+    dlq = consume_all(settings, dlq_topic(topic))
     expected = sorted((v or b"") for kind, _, v in poison if kind == "dlq")
     assert sorted((v or b"") for _, v, _ in dlq) == expected
     assert all(h["streamshift.source_ref"].decode() in quarantine_refs for _, _, h in dlq)
@@ -217,7 +193,7 @@ def test_poison_messages_are_quarantined_and_undecodable_ones_dead_lettered(  # 
     shutil.rmtree(checkpoint_path(settings, FLOW, "stream"))
     drain(spark, settings, topic)
     assert read(spark, target.tables.quarantine).count() == len(quarantine)
-    assert len(_consume_all(settings, dlq_topic(topic))) == n_dlq
+    assert len(consume_all(settings, dlq_topic(topic))) == n_dlq
 
 
 def test_late_events_for_a_closed_date_are_recorded_and_change_its_positions(  # type: ignore[no-untyped-def]

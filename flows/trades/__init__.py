@@ -22,7 +22,7 @@ from pyspark.sql.types import (
 )
 from pyspark.sql.window import Window
 
-from streamshift.core.flow import Flow, Reference, ReferenceTable, Rule, View
+from streamshift.core.flow import Flow, Measure, Reference, ReferenceTable, Rule, View
 
 REFERENCE_DIR = Path(__file__).parent / "reference"
 
@@ -124,14 +124,20 @@ def prepare(df: DataFrame, reference: Reference) -> DataFrame:
 POSITION_KEY = ("business_date", "book", "instrument")
 
 
-def positions(current: DataFrame) -> DataFrame:
-    """Net and gross positions per (business_date, book, instrument) over live trades."""
-    return current.groupBy(*POSITION_KEY).agg(
-        F.sum("signed_quantity").cast(LongType()).alias("net_quantity"),
-        F.round(F.sum("signed_notional_usd"), 2).cast(MONEY).alias("net_notional_usd"),
-        F.round(F.sum("notional_usd"), 2).cast(MONEY).alias("gross_notional_usd"),
-        F.count(F.lit(1)).cast(LongType()).alias("trade_count"),
-    )
+POSITION_MEASURES = (
+    Measure("net_quantity", LongType(), "signed_quantity"),
+    Measure("net_notional_usd", MONEY, "signed_notional_usd", scale=2),
+    Measure("gross_notional_usd", MONEY, "notional_usd", scale=2),
+    Measure("trade_count", LongType()),
+)
+# Net and gross positions per (business_date, book, instrument) over live trades.
+POSITIONS = View.additive(
+    "positions",
+    POSITION_KEY,
+    POSITION_MEASURES,
+    tolerances={"net_notional_usd": 0.01, "gross_notional_usd": 0.01},
+)
+positions = POSITIONS.compute
 
 
 FLOW = Flow(
@@ -144,14 +150,7 @@ FLOW = Flow(
     business_date="business_date",
     rules=RULES,
     prepare=prepare,
-    views=(
-        View(
-            "positions",
-            POSITION_KEY,
-            positions,
-            tolerances={"net_notional_usd": 0.01, "gross_notional_usd": 0.01},
-        ),
-    ),
+    views=(POSITIONS,),
     reference=(
         ReferenceTable(
             "books", REFERENCE_DIR / "books.csv", "book STRING, desk STRING, legal_entity STRING"

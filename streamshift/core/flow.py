@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DataType, StructType
 
 Reference = Mapping[str, "DataFrame"]
 
@@ -28,6 +28,29 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class Measure:
+    """One column of an additive view: the sum of ``column`` (or, without one, the count of
+    rows), rounded half-up to ``scale`` decimals when given, then cast to ``data_type``.
+
+    Sums and counts move by signed deltas (a row's old contribution out, its new one in), so
+    a view made only of measures can also be kept incrementally (``streamshift serve``).
+    """
+
+    name: str
+    data_type: DataType
+    column: str | None = None
+    scale: int | None = None
+
+    def aggregate(self) -> Column:
+        from pyspark.sql import functions as F
+
+        value = F.count(F.lit(1)) if self.column is None else F.sum(self.column)
+        if self.scale is not None:
+            value = F.round(value, self.scale)
+        return value.cast(self.data_type).alias(self.name)
+
+
+@dataclass(frozen=True)
 class View:
     """A named aggregate over the live current state, recomputed per group."""
 
@@ -36,6 +59,23 @@ class View:
     compute: Callable[[DataFrame], DataFrame]
     # Per-column reconciliation tolerance (absolute); columns not listed must match exactly.
     tolerances: Mapping[str, float] = field(default_factory=dict)
+    # Set when the view is made only of additive measures (``View.additive``).
+    measures: tuple[Measure, ...] = ()
+
+    @classmethod
+    def additive(
+        cls,
+        name: str,
+        group_key: tuple[str, ...],
+        measures: tuple[Measure, ...],
+        tolerances: Mapping[str, float] | None = None,
+    ) -> View:
+        """A view declared by its measures: batch, stream and serving all derive from them."""
+
+        def compute(current: DataFrame) -> DataFrame:
+            return current.groupBy(*group_key).agg(*(m.aggregate() for m in measures))
+
+        return cls(name, group_key, compute, dict(tolerances or {}), tuple(measures))
 
 
 @dataclass(frozen=True)

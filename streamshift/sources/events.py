@@ -61,6 +61,11 @@ def dlq_topic(topic: str) -> str:
     return f"{topic}.dlq"
 
 
+def serving_topic(topic: str, view: str) -> str:
+    """The compacted topic ``streamshift serve`` publishes a view of ``topic``'s events to."""
+    return f"{topic}.{view}"
+
+
 # ---- producing --------------------------------------------------------------------------
 def _json_value(data_type: DataType, text: str | None) -> str:
     """One column's CSV text as JSON of the schema's type; text that does not fit stays a string."""

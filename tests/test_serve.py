@@ -1,0 +1,98 @@
+"""`streamshift serve`: a view kept in Spark's state store, published to a compacted topic."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from decimal import Decimal
+
+import pytest
+
+from flows.trades import FLOW
+from flows.trades.generate import generate_day
+from streamshift.core.registry import get_flow
+from streamshift.sources.events import serving_topic
+from streamshift.sources.produce import produce_rows
+from streamshift.write.target import load_reference
+from tests.cli_support import LOCAL_SPARK, run_cli
+from tests.stream_support import consume_all, new_topic, oracle, shuffled_day
+
+DAY = dt.date(2026, 11, 20)
+
+
+def _served(settings, topic: str) -> dict[tuple[str, ...], tuple[str, ...]]:  # type: ignore[no-untyped-def]
+    """The compacted topic read to its end: the last value per group; emptied groups dropped."""
+    latest: dict[tuple[str, ...], tuple[str, ...] | None] = {}
+    for key, value, _ in consume_all(settings, topic):  # a group's messages share a partition
+        group = tuple(str(v) for v in json.loads(key).values())
+        latest[group] = (
+            None
+            if value is None
+            else tuple(str(v) for v in json.loads(value, parse_float=Decimal).values())
+        )
+    return {k: v for k, v in latest.items() if v is not None}
+
+
+def _expected(spark, rows) -> dict[tuple[str, ...], tuple[str, ...]]:  # type: ignore[no-untyped-def]
+    """The flow's own view over the rows' latest versions (what the Delta view holds)."""
+    width = len(FLOW.views[0].group_key)
+    positions = oracle(spark, rows, load_reference(spark, FLOW))["positions"]
+    return {
+        tuple(str(v) for v in row[:width]): tuple(str(v) for v in row[width:]) for row in positions
+    }
+
+
+@pytest.mark.spark
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_serve_publishes_the_flows_view_and_resumes_without_double_counting(
+    spark, kafka_settings, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """A day with amends, cancels, book moves and poison rows, in a shuffled order and in two
+    deliveries (the second repeats part of the first); the job is stopped in between and
+    resumes from its checkpoint. After each run the topic holds exactly the flow's view."""
+    topic = new_topic()
+    files = generate_day(DAY, 300, tmp_path / "day", seed=31, progress=False)
+    rows = shuffled_day(files, seed=5)
+    first, second = rows[: len(rows) // 2], rows[len(rows) // 2 :] + rows[:40]
+    # Some keys of the first delivery get a higher version in the second: their old
+    # contribution must leave its group (a stored version is read back from the state store).
+    first_keys = {r["trade_id"] for r in first}
+    assert {r["trade_id"] for r in second[:-40] if r["version"] != "1"} & first_keys
+    home = tmp_path / "home"
+    bootstrap = {"kafka_bootstrap_servers": kafka_settings.kafka_bootstrap_servers}
+    served_topic = serving_topic(topic, "positions")
+
+    produce_rows(kafka_settings, FLOW, first, topic=topic, progress=False)
+    done = run_cli(
+        home, "serve", "--flow", "trades", "--topic", topic, "--available-now",
+        **LOCAL_SPARK, **bootstrap,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    published = re.search(r"(\d+) changed groups published to (\S+)", done.stdout)
+    assert published is not None, done.stdout
+    assert published[2] == served_topic
+    expected = _expected(spark, first)
+    assert len(expected) > 20
+    assert int(published[1]) >= len(expected)  # every group at least once
+    assert _served(kafka_settings, served_topic) == expected
+
+    produce_rows(kafka_settings, FLOW, second, topic=topic, progress=False)
+    done = run_cli(
+        home, "serve", "--flow", "trades", "--topic", topic, "--available-now",
+        **LOCAL_SPARK, **bootstrap,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    everything = _expected(spark, first + second)
+    assert everything != expected  # the second delivery moved positions
+    assert _served(kafka_settings, served_topic) == everything
+
+
+def test_serve_refuses_a_view_that_is_not_additive(tmp_path) -> None:
+    """telemetry's hourly view has a minimum and a maximum: no deltas; refused before Spark."""
+    assert get_flow("telemetry").views[0].measures == ()
+    done = run_cli(tmp_path, "serve", "--flow", "telemetry", timeout=60)
+    assert done.returncode == 2
+    assert "not declared by additive measures" in done.stderr
+    assert "starting Spark" not in done.stderr
