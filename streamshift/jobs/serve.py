@@ -395,15 +395,14 @@ def run_serve(
     def record() -> None:
         """One progress line per finished batch: its offsets and when its groups were visible."""
         for p in query.recentProgress:
-            if p.batchId in recorded or p.batchId not in visible:
+            # An idle trigger reports the next batch's id with no rows: not that batch.
+            if not p.numInputRows or p.batchId in recorded or p.batchId not in visible:
                 continue
             recorded.add(p.batchId)
             at = visible[p.batchId]
             observed = (p.observedMetrics or {}).get("published")
             published = int(observed["groups"]) if observed is not None else 0
             run.published += published
-            if not p.numInputRows:
-                continue
             run.batches += 1
             run.events += p.numInputRows
             source = p.sources[0]
