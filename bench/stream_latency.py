@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from flows.trades.generate import generate_day
 from streamshift.core.catalog import LayerTables
-from streamshift.core.heartbeat import progress_path, read_progress
+from streamshift.core.heartbeat import logged_events, progress_path, read_progress
 from streamshift.core.processes import free_port
 from streamshift.core.registry import get_flow
 from streamshift.core.settings import Settings, load_settings
@@ -57,22 +57,13 @@ DAY = dt.date(2026, 11, 20)
 SAMPLE_EVERY = 50
 
 
-def _processed(progress: Path, topic: str) -> int:
-    """Events a pipeline has committed, from its progress log (offsets start at 0)."""
-    highest: dict[str, int] = {}
-    for batch in read_progress(progress):
-        for partition, offset in (batch.get("processed_offsets") or {}).get(topic, {}).items():
-            highest[partition] = max(highest.get(partition, 0), offset)
-    return sum(highest.values())
-
-
 def _wait_caught_up(
     progress: Path, topic: str, job: subprocess.Popen[bytes], total: int, timeout: float
 ) -> None:
     """Until the pipeline has committed ``total`` events of ``topic``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if _processed(progress, topic) >= total:
+        if logged_events(progress, topic) >= total:
             return
         if job.poll() is not None:
             raise SystemExit(f"{job.args} exited with {job.returncode}")
@@ -154,7 +145,7 @@ def _measure(
             producer.poll(0)
             if i and i % (int(args.rate) * 10) == 0:
                 behind = ", ".join(
-                    f"{p.name} {len(warmup) + i - _processed(p.progress, topic)}" for p in group
+                    f"{p.name} {len(warmup) + i - logged_events(p.progress, topic)}" for p in group
                 )
                 print(f"[bench] {i} sent; not yet visible: {behind}", flush=True)
         producer.flush(60)

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import random
 import re
+import signal
+import subprocess
+import time
 from decimal import Decimal
 
 import pytest
 
 from flows.trades import FLOW
 from flows.trades.generate import generate_day
+from streamshift.core.heartbeat import logged_events, progress_path
 from streamshift.core.registry import get_flow
 from streamshift.sources.events import serving_topic
 from streamshift.sources.produce import produce_rows
 from streamshift.write.target import load_reference
-from tests.cli_support import LOCAL_SPARK, run_cli
+from tests.cli_support import CLI, LOCAL_SPARK, cli_env, run_cli
 from tests.stream_support import consume_all, new_topic, oracle, shuffled_day
 
 DAY = dt.date(2026, 11, 20)
@@ -96,3 +102,59 @@ def test_serve_refuses_a_view_that_is_not_additive(tmp_path) -> None:
     assert done.returncode == 2
     assert "not declared by additive measures" in done.stderr
     assert "starting Spark" not in done.stderr
+
+
+@pytest.mark.spark
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_serve_killed_at_random_points_then_stopped_by_sigterm_loses_and_doubles_nothing(
+    spark, kafka_settings, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """SIGKILL three times mid-stream (small batches), restart, SIGTERM once caught up: the
+    topic holds exactly the flow's view — no change lost, none counted twice."""
+    topic = new_topic()
+    files = generate_day(DAY, 2000, tmp_path / "day", seed=47, progress=False)
+    rows = shuffled_day(files, seed=9)
+    produce_rows(kafka_settings, FLOW, rows, topic=topic, progress=False)
+    home, log = tmp_path / "home", tmp_path / "serve.log"
+    env = cli_env(
+        home,
+        kafka_bootstrap_servers=kafka_settings.kafka_bootstrap_servers,
+        max_offsets_per_trigger="100",
+        **LOCAL_SPARK,
+    )
+    progress = progress_path(home, "trades", "serve-positions")
+    command = [*CLI, "serve", "--flow", "trades", "--topic", topic, "--trigger", "1s"]
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            command,
+            env=env,
+            stdout=open(log, "ab"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: the JVM dies with it
+        )
+
+    rng = random.Random(3)
+    for _ in range(3):
+        before = logged_events(progress, topic)
+        job = start()
+        deadline = time.monotonic() + 180
+        while logged_events(progress, topic) == before:  # running: a batch got through
+            assert job.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "serve did not start"
+            time.sleep(0.3)
+        time.sleep(rng.uniform(0.2, 2))
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(30)
+    assert logged_events(progress, topic) < len(rows), "killed too late to test anything"
+
+    job = start()
+    deadline = time.monotonic() + 300
+    while logged_events(progress, topic) < len(rows):
+        assert job.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "serve did not catch up"
+        time.sleep(0.5)
+    os.kill(job.pid, signal.SIGTERM)  # the driver only, as a supervisor would
+    assert job.wait(120) == 0, log.read_text()[-3000:]
+    assert _served(kafka_settings, serving_topic(topic, "positions")) == _expected(spark, rows)

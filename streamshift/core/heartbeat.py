@@ -84,6 +84,15 @@ def read_progress(path: Path) -> Iterator[dict[str, Any]]:
                 yield json.loads(line)
 
 
+def logged_events(path: Path, topic: str) -> int:
+    """Events of ``topic`` a job's progress log says it has processed (offsets start at 0)."""
+    highest: dict[str, int] = {}
+    for batch in read_progress(path):
+        for partition, offset in (batch.get("processed_offsets") or {}).get(topic, {}).items():
+            highest[partition] = max(highest.get(partition, 0), offset)
+    return sum(highest.values())
+
+
 def offsets_lag(
     latest: dict[str, dict[str, int]] | None, processed: dict[str, dict[str, int]] | None
 ) -> int | None:
