@@ -25,7 +25,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from streamshift.core.heartbeat import append_progress
 from streamshift.core.settings import load_settings
 from streamshift.jobs.serve import phases
-from streamshift.jobs.stream import _offsets
+from streamshift.jobs.stream import _offsets, kafka_stream
 from streamshift.spark import get_spark
 
 
@@ -78,12 +78,7 @@ def main() -> int:
         committed[batch_id] = time.time()
 
     query = (
-        spark.readStream.format("kafka")
-        .options(**settings.spark_kafka_options())
-        .option("subscribe", args.topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
-        .load()
+        kafka_stream(spark, settings, args.topic)
         .writeStream.foreachBatch(append)
         .option("checkpointLocation", f"{args.table}_checkpoint")
         .trigger(processingTime=args.trigger)

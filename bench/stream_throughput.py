@@ -26,7 +26,7 @@ from flows.trades.generate import generate_day
 from streamshift.core.processes import free_port
 from streamshift.core.registry import get_flow
 from streamshift.core.settings import load_settings
-from streamshift.jobs.stream import run_stream
+from streamshift.jobs.stream import kafka_stream, run_stream
 from streamshift.local.broker import LocalBroker
 from streamshift.sources.kafka import ensure_topic
 from streamshift.sources.produce import produce_rows, read_rows
@@ -43,12 +43,7 @@ def raw_read(spark, settings, topic: str, checkpoint: Path) -> tuple[int, float]
 
     started = time.perf_counter()
     query = (
-        spark.readStream.format("kafka")
-        .options(**settings.spark_kafka_options())
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
-        .load()
+        kafka_stream(spark, settings, topic)
         .writeStream.foreachBatch(count)
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)

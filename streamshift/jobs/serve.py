@@ -206,9 +206,10 @@ def view_changes(flow: Flow, view: View, accepted: DataFrame) -> DataFrame:
         return schema[name].dataType.simpleString()
 
     version_type = _sum_type(schema[flow.version].dataType)
+    sum_ddls = [_sum_type(schema[m.column].dataType) for m in sums]
     inputs = [F.col(c).alias(f"g{i}") for i, c in enumerate(view.group_key)] + [
-        F.col(m.column).cast(_sum_type(schema[m.column].dataType)).alias(f"m{i}")
-        for i, m in enumerate(sums)
+        F.col(m.column).cast(t).alias(f"m{i}")
+        for i, (m, t) in enumerate(zip(sums, sum_ddls, strict=True))
     ]
     frame = accepted.select(
         F.col(flow.key).alias("k"),
@@ -219,7 +220,6 @@ def view_changes(flow: Flow, view: View, accepted: DataFrame) -> DataFrame:
         F.lit(0).alias("all"),
     )
     group_ddl = ", ".join(f"g{i} {ddl(c)}" for i, c in enumerate(view.group_key))
-    sum_ddls = [_sum_type(schema[m.column].dataType) for m in sums]
     measures = []
     for m in view.measures:
         kind, out_scale = _kind(m.data_type)
@@ -315,7 +315,7 @@ def run_serve(
     from confluent_kafka import KafkaException
     from pyspark.sql import functions as F
 
-    from streamshift.jobs.stream import _offsets
+    from streamshift.jobs.stream import _offsets, kafka_stream
     from streamshift.sources.decode import decode
     from streamshift.sources.kafka import ensure_topic
     from streamshift.write.target import load_reference
@@ -352,14 +352,7 @@ def run_serve(
         ).option("topic", out_topic).save()
         visible[batch_id] = time.time()
 
-    kafka = (
-        spark.readStream.format("kafka")
-        .options(**settings.spark_kafka_options())
-        .option("subscribe", source_topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
-        .load()
-    )
+    kafka = kafka_stream(spark, settings, source_topic)
     raw = kafka.transform(decode(flow)).drop(*TRANSPORT_COLUMNS)
     accepted = checked_changes(flow, raw, load_reference(spark, flow)).where(F.size(FAILED) == 0)
     writer = (

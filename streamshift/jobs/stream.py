@@ -365,6 +365,18 @@ def checkpoint_path(settings: Settings, flow: Flow, layer: str) -> str:
     return str(settings.checkpoints / heartbeat.query_name(flow.name, layer))
 
 
+def kafka_stream(spark: SparkSession, settings: Settings, topic: str) -> DataFrame:
+    """The streaming read of ``topic`` every streaming query here uses (and the benches' floor)."""
+    return (
+        spark.readStream.format("kafka")
+        .options(**settings.spark_kafka_options())
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+        .load()
+    )
+
+
 def run_stream(
     spark: SparkSession,
     settings: Settings,
@@ -398,14 +410,7 @@ def run_stream(
     name = heartbeat.query_name(flow.name, layer)
     recorder = ProgressRecorder(settings, flow, layer, totals, echo, topic)
     spark.streams.addListener(recorder)
-    source = (
-        spark.readStream.format("kafka")
-        .options(**settings.spark_kafka_options())
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
-        .load()
-    )
+    source = kafka_stream(spark, settings, topic)
     writer = (
         source.writeStream.queryName(name)
         .foreachBatch(batch_writer(settings, flow, target, dlq, name, totals, stop))
