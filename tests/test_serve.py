@@ -16,7 +16,7 @@ import pytest
 
 from flows.trades import FLOW
 from flows.trades.generate import generate_day
-from streamshift.core.heartbeat import logged_events, progress_path
+from streamshift.core.heartbeat import logged_events, processed_events, progress_path, read_status
 from streamshift.core.registry import get_flow
 from streamshift.sources.events import serving_topic
 from streamshift.sources.produce import produce_rows
@@ -83,6 +83,10 @@ def test_serve_publishes_the_flows_view_and_resumes_without_double_counting(
     assert len(expected) > 20
     assert int(published[1]) >= len(expected)  # every group at least once
     assert _served(kafka_settings, served_topic) == expected
+    [status] = read_status(home)  # the heartbeat, in the stream job's format
+    assert (status.flow, status.layer, status.running) == ("trades", "serve-positions", False)
+    assert status.beat["state"] == "stopped"
+    assert processed_events(status.beat, topic) == len(first)
 
     produce_rows(kafka_settings, FLOW, second, topic=topic, progress=False)
     done = run_cli(
@@ -93,6 +97,10 @@ def test_serve_publishes_the_flows_view_and_resumes_without_double_counting(
     everything = _expected(spark, first + second)
     assert everything != expected  # the second delivery moved positions
     assert _served(kafka_settings, served_topic) == everything
+    shown = run_cli(home, "status", "--flow", "trades", **bootstrap)
+    assert shown.returncode == 3, shown.stderr  # 3: a job shown is not running
+    assert "trades/serve-positions: not running (stopped)" in shown.stdout, shown.stdout
+    assert "lag 0 events (broker end offsets now)" in shown.stdout, shown.stdout
 
 
 def test_serve_refuses_a_view_that_is_not_additive(tmp_path) -> None:
@@ -144,9 +152,13 @@ def test_serve_killed_at_random_points_then_stopped_by_sigterm_loses_and_doubles
             assert job.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, "serve did not start"
             time.sleep(0.3)
+        [status] = read_status(home)
+        assert status.running and status.beat["pid"] == job.pid, status.describe()
         time.sleep(rng.uniform(0.2, 2))
         os.killpg(job.pid, signal.SIGKILL)
         job.wait(30)
+        [status] = read_status(home)
+        assert not status.running and "killed?" in status.describe(), status.describe()
     assert logged_events(progress, topic) < len(rows), "killed too late to test anything"
 
     job = start()
@@ -157,4 +169,6 @@ def test_serve_killed_at_random_points_then_stopped_by_sigterm_loses_and_doubles
         time.sleep(0.5)
     os.kill(job.pid, signal.SIGTERM)  # the driver only, as a supervisor would
     assert job.wait(120) == 0, log.read_text()[-3000:]
+    [status] = read_status(home)
+    assert status.beat["state"] == "stopped" and processed_events(status.beat, topic) == len(rows)
     assert _served(kafka_settings, serving_topic(topic, "positions")) == _expected(spark, rows)

@@ -18,6 +18,10 @@ Exactly once: the state store (RocksDB) commits with the query's checkpoint, so 
 neither loses nor double-counts a change; a batch published twice (a crash between publish and
 commit) publishes the same absolute values again. Rejected rows are left to the write path,
 which quarantines them.
+
+Progress: one line per micro-batch in ``status/<flow>-serve-<view>.progress.jsonl`` and a
+heartbeat beside it in the stream job's format, so `streamshift status` and the Migration page
+list ``<flow>/serve-<view>`` with the stream jobs.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, localcontext
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streamshift.core import heartbeat
@@ -283,6 +288,25 @@ class ServeRun:
         )
 
 
+class _Heartbeat:
+    """``serve``'s heartbeat, in the stream job's format: `streamshift status`, the Migration
+    page and supervisors read both the same way (``last_seen`` shows it alive when idle)."""
+
+    EVERY = 10.0  # seconds between heartbeats of an idle job
+
+    def __init__(self, path: Path, **beat: Any) -> None:
+        self.path, self.beat, self._at = path, beat, 0.0
+
+    def save(self, **changes: Any) -> None:
+        self.beat.update(changes, last_seen=heartbeat.now_iso())
+        heartbeat.write_heartbeat(self.path, self.beat)
+        self._at = time.monotonic()
+
+    def touch(self) -> None:
+        if time.monotonic() - self._at >= self.EVERY:
+            self.save()
+
+
 def phases(progress: Any) -> dict[str, float]:
     """Where a micro-batch's time went: Spark's phases, and the state store's share of them."""
     seconds = {
@@ -342,7 +366,18 @@ def run_serve(
     saved = {k: spark.conf.get(k, None) for k in conf}
     run = ServeRun(topic=out_topic)
     started = time.monotonic()
-    progress = heartbeat.progress_path(settings.home, flow.name, f"serve-{view.name}")
+    name = f"serve-{view.name}"  # the heartbeat's "layer": `streamshift status` lists it
+    progress = heartbeat.progress_path(settings.home, flow.name, name)
+    beat = _Heartbeat(
+        heartbeat.heartbeat_path(settings.home, flow.name, name),
+        flow=flow.name,
+        layer=name,
+        pid=os.getpid(),
+        state="starting",
+        started_at=heartbeat.now_iso(),
+        topic=source_topic,
+        serving_topic=out_topic,
+    )
 
     visible: dict[int, float] = {}  # batch id → when its changed groups were published
 
@@ -375,6 +410,7 @@ def run_serve(
     finally:
         for k, v in saved.items():
             spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+    beat.save(state="running", query_id=str(query.id))
     if echo:
         print(
             f"[serve] {flow.name}.{view.name}: {source_topic} → {out_topic} "
@@ -399,6 +435,8 @@ def run_serve(
             run.batches += 1
             run.events += p.numInputRows
             source = p.sources[0]
+            processed = _offsets(source.endOffset) or {}
+            latest = _offsets(source.latestOffset)
             heartbeat.append_progress(
                 progress,
                 {
@@ -409,8 +447,19 @@ def run_serve(
                     "duration_ms": p.durationMs.get("triggerExecution"),
                     "seconds_by_step": phases(p),
                     "start_offsets": _offsets(source.startOffset) or {},
-                    "processed_offsets": _offsets(source.endOffset) or {},
+                    "processed_offsets": processed,
                 },
+            )
+            beat.save(
+                last_batch_id=p.batchId,
+                last_batch_at=heartbeat.now_iso(),
+                input_rows=p.numInputRows,
+                processed_rows_per_second=p.processedRowsPerSecond,
+                duration_ms=p.durationMs.get("triggerExecution"),
+                published=run.published,
+                lag=heartbeat.offsets_lag(latest, processed),
+                latest_offsets=latest,
+                processed_offsets=processed,
             )
             if echo:
                 print(
@@ -432,6 +481,7 @@ def run_serve(
         while query.isActive and not stopping.is_set():
             query.awaitTermination(1)
             record()
+            beat.touch()
     except KeyboardInterrupt:
         pass
     finally:
@@ -442,10 +492,12 @@ def run_serve(
     record()
     error = query.exception()
     if error is not None:
+        beat.save(state="failed", error=str(error).splitlines()[0])
         raise ServeError(
             f"serving query failed: {str(error).splitlines()[0]}; restart it — it resumes "
             "from its checkpoint"
         )
+    beat.save(state="stopped", stopped_at=heartbeat.now_iso())
     run.seconds = time.monotonic() - started
     return run
 
