@@ -19,8 +19,11 @@ as multiples of the floor's (issue 14: goal ≤ 2).
   positions table.
 
 ``--together`` starts the chosen pipelines at the same time on one topic instead of one after
-the other: e.g. ``--pipelines serving streamshift --together`` is the serving path beside the
-Delta write path it would run with, both on the machine's two cores.
+the other (the floor, if chosen, still runs first on its own): e.g. ``--pipelines floor serving
+streamshift --together`` is the floor, then the serving path beside the Delta write path it
+would run with, both on the machine's two cores. ``--stream-trigger`` and ``--stream-nice``
+give the write path a longer trigger and a lower CPU priority: the durable record lagging by a
+bounded, measured amount behind the serving path.
 
 Run: .venv/bin/python bench/stream_latency.py [--rate 1000] [--seconds 120] [--pipelines ...]
 """
@@ -208,6 +211,7 @@ def _report(pipeline: Pipeline, result: dict[str, Any]) -> None:
         print(f"  spark jobs: median {statistics.median(jobs):.0f} per batch, max {max(jobs)}")
     for q in (0.50, 0.95, 0.99):
         print(f"  latency p{round(q * 100)}: {_percentile(latencies, q):.2f} s")
+    print(f"  latency max: {max(latencies):.2f} s")
 
 
 def parser(doc: str, seconds: float, pipelines: list[str]) -> argparse.ArgumentParser:
@@ -227,6 +231,18 @@ def parser(doc: str, seconds: float, pipelines: list[str]) -> argparse.ArgumentP
         "--together",
         action="store_true",
         help="run the pipelines at the same time on one topic (they share the two cores)",
+    )
+    parser.add_argument(
+        "--stream-trigger",
+        help="the streamshift pipeline's trigger (default: --trigger); a longer one makes the "
+        "Delta write path a durable record that lags by about a batch",
+    )
+    parser.add_argument(
+        "--stream-nice",
+        type=int,
+        default=0,
+        help="run the streamshift pipeline at this CPU niceness (e.g. 10): beside `serving` on "
+        "the same cores, the durable writer takes what serving leaves",
     )
     parser.add_argument("--workdir", type=Path, default=None)
     return parser
@@ -256,8 +272,9 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Pipeline], dict[str, dict[s
     here = Path(__file__).resolve().parent
 
     def topic(own: str) -> str:
-        """Each pipeline reads its own topic, or all read one when they run together."""
-        return "trades" if args.together else own
+        """Each pipeline reads its own topic, or one shared topic when it runs together with
+        others (the floor always runs alone, on its own topic)."""
+        return "trades" if args.together and own != "floor" else own
 
     pipelines = {
         "floor": Pipeline(
@@ -301,6 +318,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Pipeline], dict[str, dict[s
             "streamshift",
             "its micro-batch's positions MERGE committed: a reader of the view sees it",
             [
+                *(["nice", "-n", str(args.stream_nice)] if args.stream_nice else []),
                 sys.executable,
                 "-m",
                 "streamshift.cli",
@@ -310,7 +328,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Pipeline], dict[str, dict[s
                 "--topic",
                 topic("trades"),
                 "--trigger",
-                args.trigger,
+                args.stream_trigger or args.trigger,
             ],
             progress_path(settings.home, "trades", "stream"),
             topic("trades"),
@@ -318,7 +336,10 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Pipeline], dict[str, dict[s
     }
     results: dict[str, dict[str, Any]] = {}
     try:
-        groups = [args.pipelines] if args.together else [[name] for name in args.pipelines]
+        # Together: the floor (if asked for) still runs first on its own, the rest at once.
+        alone = [n for n in args.pipelines if not args.together or n == "floor"]
+        rest = [n for n in args.pipelines if n not in alone]
+        groups = [[name] for name in alone] + ([rest] if rest else [])
         for names in groups:
             group = [pipelines[name] for name in names]
             results |= _measure(group, settings, env, warmup, measured, args, work)
@@ -390,7 +411,10 @@ def main() -> int:
     n_events = int(args.rate * args.seconds)
     print(
         f"\nproduced:     {n_events} events at {args.rate:.0f}/s for {args.seconds:.0f}s "
-        f"per pipeline (trigger {args.trigger})"
+        f"per pipeline (trigger {args.trigger}"
+        + (f"; streamshift: trigger {args.stream_trigger}" if args.stream_trigger else "")
+        + (f", nice {args.stream_nice}" if args.stream_nice else "")
+        + ")"
     )
     for name, result in results.items():
         _report(pipelines[name], result)

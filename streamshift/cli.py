@@ -358,8 +358,10 @@ def _trigger_options(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_stream(args: argparse.Namespace) -> int:
+    from streamshift.core.processes import lower_priority
     from streamshift.jobs.stream import run_stream
 
+    lower_priority(load_settings().stream_nice)  # before the JVM starts: it inherits it
     settings, spark, flow = _spark(args.flow)
     run = run_stream(
         spark,

@@ -48,6 +48,7 @@ def test_unknown_setting_is_named() -> None:
         ("STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS", "localhost", "not host:port"),
         ("STREAMSHIFT_KAFKA_SECURITY_PROTOCOL", "TLS", "one of PLAINTEXT"),
         ("STREAMSHIFT_STREAM_QUALITY_EVERY", "-1", "0 or more"),
+        ("STREAMSHIFT_STREAM_NICE", "25", "niceness from 0 to 19"),
     ],
 )
 def test_malformed_value_names_variable_and_reason(name: str, value: str, reason: str) -> None:
@@ -69,3 +70,17 @@ def test_sasl_settings_reach_both_clients() -> None:
     assert settings.kafka_client_config()["sasl.username"] == "svc"
     jaas = settings.spark_kafka_options()["kafka.sasl.jaas.config"]
     assert "ScramLoginModule" in jaas and 'username="svc"' in jaas
+
+
+def test_lower_priority_raises_niceness_and_never_lowers_it() -> None:
+    """In a child process: the test's own priority stays as it is."""
+    import subprocess
+    import sys
+
+    code = (
+        "from streamshift.core.processes import lower_priority as p; print(p(7), p(3), p(0), p(9))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["7", "7", "7", "9"]

@@ -27,7 +27,11 @@ DAY = dt.date(2026, 11, 20)
 
 def _env(home: Path, bootstrap: str) -> dict[str, str]:
     return cli_env(
-        home, kafka_bootstrap_servers=bootstrap, max_offsets_per_trigger="150", **LOCAL_SPARK
+        home,
+        kafka_bootstrap_servers=bootstrap,
+        max_offsets_per_trigger="150",
+        stream_nice="5",  # the job and its JVM below the test's priority
+        **LOCAL_SPARK,
     )
 
 
@@ -73,6 +77,7 @@ def test_sigkill_at_random_points_then_sigterm_ends_in_the_oracle_state(  # type
             assert job.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, "stream job did not start"
             time.sleep(0.5)
+        assert _beat(settings.home)["nice"] == {"driver": 5, "jvm": 5}
         time.sleep(rng.uniform(2, 25))
         os.killpg(job.pid, signal.SIGKILL)
         job.wait(30)

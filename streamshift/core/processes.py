@@ -33,3 +33,12 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return True
     return state != "Z"
+
+
+def lower_priority(niceness: int) -> int:
+    """Raise this process's niceness to at least ``niceness`` (never lowers it; children
+    started afterwards, such as the Spark JVM, inherit it); the niceness now."""
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    if niceness > current:
+        os.setpriority(os.PRIO_PROCESS, 0, niceness)
+    return os.getpriority(os.PRIO_PROCESS, 0)

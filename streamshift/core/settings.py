@@ -42,6 +42,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _niceness(text: str) -> int:
+    value = _int(text)
+    if not 0 <= value <= 19:
+        raise ValueError("must be a niceness from 0 to 19")
+    return value
+
+
 def _non_negative_int(text: str) -> int:
     value = _int(text)
     if value < 0:
@@ -142,6 +149,12 @@ class Settings:
     )
     airflow_spark_slots: int = _setting(
         1, _positive_int, "Spark jobs the local Airflow runs at once (pool streamshift_spark)"
+    )
+    stream_nice: int = _setting(
+        0,
+        _niceness,
+        "CPU niceness of the stream job (0-19); beside `streamshift serve` on the same cores, "
+        "10 leaves serve the CPU it needs and the Delta writer the rest",
     )
     stream_stall_seconds: int = _setting(
         300, _positive_int, "stream_supervisor restarts a stream whose heartbeat is older than this"

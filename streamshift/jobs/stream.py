@@ -250,6 +250,17 @@ def _offsets(text: str | None) -> dict[str, dict[str, int]] | None:
     return value if isinstance(value, dict) else None
 
 
+def niceness(spark: SparkSession) -> dict[str, int]:
+    """CPU niceness of the driver's Python process and of its JVM (STREAMSHIFT_STREAM_NICE)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a classic (not Spark Connect) session
+    jvm_pid = int(jvm.java.lang.ProcessHandle.current().pid())
+    return {
+        "driver": os.getpriority(os.PRIO_PROCESS, 0),
+        "jvm": os.getpriority(os.PRIO_PROCESS, jvm_pid),
+    }
+
+
 class ProgressRecorder(StreamingQueryListener):
     """Writes the heartbeat and one progress line per batch of *one* named query."""
 
@@ -409,6 +420,7 @@ def run_stream(
     stop = stop or GracefulStop()
     name = heartbeat.query_name(flow.name, layer)
     recorder = ProgressRecorder(settings, flow, layer, totals, echo, topic)
+    recorder.beat["nice"] = niceness(spark)
     spark.streams.addListener(recorder)
     source = kafka_stream(spark, settings, topic)
     writer = (

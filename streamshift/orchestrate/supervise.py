@@ -65,6 +65,8 @@ def start_stream(settings: Settings, flow: str, topic: str | None) -> int:
     log.parent.mkdir(parents=True, exist_ok=True)
     spark_submit = Path(sys.executable).parent / "spark-submit"
     command = [
+        # spark-submit's JVM starts first: the niceness is set for it here (STREAMSHIFT_STREAM_NICE)
+        *(["nice", "-n", str(settings.stream_nice)] if settings.stream_nice else []),
         str(spark_submit),
         *submit_args(settings),
         str(REPO_ROOT / "streaming" / "run.py"),
