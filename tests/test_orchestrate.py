@@ -158,3 +158,22 @@ def test_the_quality_verdict_needs_the_jobs_recorded_checks(settings) -> None:  
         QualityError, match=f"no data-quality results under run {inputs['quality_run']}"
     ):
         T.quality_verdict(settings, inputs)
+
+
+def test_the_supervisor_starts_the_stream_at_the_configured_niceness(tmp_path: Path) -> None:
+    """STREAMSHIFT_STREAM_NICE reaches the process the supervisor starts (spark-submit's JVM
+    runs first, so niceness must be set before it): the started process runs at 3."""
+    import signal
+    import time
+
+    from streamshift.orchestrate.supervise import start_stream
+
+    settings = load_settings({}, home=tmp_path, stream_nice=3)
+    pid = start_stream(settings, "trades", "no-such-topic")
+    try:
+        deadline = time.monotonic() + 10
+        while os.getpriority(os.PRIO_PROCESS, pid) != 3:  # `nice` sets it, then execs
+            assert time.monotonic() < deadline, os.getpriority(os.PRIO_PROCESS, pid)
+            time.sleep(0.05)
+    finally:
+        os.killpg(pid, signal.SIGKILL)  # its own session: spark-submit and its children
