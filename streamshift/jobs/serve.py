@@ -47,7 +47,7 @@ from streamshift.sources.events import TRANSPORT_COLUMNS, serving_topic, topic_f
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import DataType
+    from pyspark.sql.types import DataType, StructType
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 LIVE_ROWS = "live_rows"  # the group's live rows; 0 = the group emptied (a tombstone)
@@ -197,14 +197,9 @@ def _sum_type(data_type: DataType) -> str:
     return "DOUBLE"
 
 
-def view_changes(flow: Flow, view: View, accepted: DataFrame) -> DataFrame:
-    """Per micro-batch, the view's rows for the groups it changed (``live_rows`` 0 = emptied).
-
-    ``accepted`` is the flow's accepted changes (``checked_changes`` without failed rules).
-    """
-    from pyspark.sql import functions as F
-
-    schema = accepted.schema
+def state_spec(flow: Flow, view: View, schema: StructType) -> dict[str, Any]:
+    """The processor's plain-data description of ``view`` over rows of ``schema``: state and
+    output layouts, the summed columns and how each measure is finished."""
     sums = [m for m in view.measures if m.column is not None]
 
     def ddl(name: str) -> str:
@@ -212,26 +207,16 @@ def view_changes(flow: Flow, view: View, accepted: DataFrame) -> DataFrame:
 
     version_type = _sum_type(schema[flow.version].dataType)
     sum_ddls = [_sum_type(schema[m.column].dataType) for m in sums]
-    inputs = [F.col(c).alias(f"g{i}") for i, c in enumerate(view.group_key)] + [
-        F.col(m.column).cast(t).alias(f"m{i}")
-        for i, (m, t) in enumerate(zip(sums, sum_ddls, strict=True))
-    ]
-    frame = accepted.select(
-        F.col(flow.key).alias("k"),
-        F.col(flow.version).cast(version_type).alias("v"),
-        F.col(SOURCE_REF).alias("ref"),
-        F.col(IS_DELETED).alias("deleted"),
-        *inputs,
-        F.lit(0).alias("all"),
-    )
     group_ddl = ", ".join(f"g{i} {ddl(c)}" for i, c in enumerate(view.group_key))
     measures = []
     for m in view.measures:
         kind, out_scale = _kind(m.data_type)
         index = None if m.column is None else sums.index(m)
         measures.append({"sum": index, "scale": m.scale, "kind": kind, "out_scale": out_scale})
-    spec = {
+    return {
         "key_ddl": f"k {ddl(flow.key)}",
+        "version_type": version_type,
+        "sum_ddls": sum_ddls,
         "row_ddl": ", ".join(
             [f"v {version_type}", "live BOOLEAN", group_ddl]
             + [f"m{i} {t}" for i, t in enumerate(sum_ddls)]
@@ -245,8 +230,33 @@ def view_changes(flow: Flow, view: View, accepted: DataFrame) -> DataFrame:
         "measures": measures,
         "output_columns": [*view.group_key, *(m.name for m in view.measures), LIVE_ROWS],
     }
+
+
+def view_changes(flow: Flow, view: View, accepted: DataFrame) -> DataFrame:
+    """Per micro-batch, the view's rows for the groups it changed (``live_rows`` 0 = emptied).
+
+    ``accepted`` is the flow's accepted changes (``checked_changes`` without failed rules).
+    """
+    from pyspark.sql import functions as F
+
+    schema = accepted.schema
+    spec = state_spec(flow, view, schema)
+    sums = [m for m in view.measures if m.column is not None]
+
+    inputs = [F.col(c).alias(f"g{i}") for i, c in enumerate(view.group_key)] + [
+        F.col(m.column).cast(t).alias(f"m{i}")
+        for i, (m, t) in enumerate(zip(sums, spec["sum_ddls"], strict=True))
+    ]
+    frame = accepted.select(
+        F.col(flow.key).alias("k"),
+        F.col(flow.version).cast(spec["version_type"]).alias("v"),
+        F.col(SOURCE_REF).alias("ref"),
+        F.col(IS_DELETED).alias("deleted"),
+        *inputs,
+        F.lit(0).alias("all"),
+    )
     output = ", ".join(
-        [f"{c} {ddl(c)}" for c in view.group_key]
+        [f"{c} {schema[c].dataType.simpleString()}" for c in view.group_key]
         + [f"{m.name} {m.data_type.simpleString()}" for m in view.measures]
         + [f"{LIVE_ROWS} BIGINT"]
     )
