@@ -5,7 +5,8 @@ on pandas batches of new trades, with its two MapStates kept in Python dicts: wh
 the processor's own work per event (sorting, the per-key loop, moving contributions,
 finishing the changed groups), and the number of state calls the real job sends to the JVM.
 Compare with the ``state updates`` phase of a real batch (bench/stream_latency.py prints it):
-the difference is the state calls. No Spark session is started.
+the difference is the state calls. A local Spark session only derives the flow's state schema
+(``state_schema``); the processor runs without it.
 Run: .venv/bin/python bench/serve_python_cost.py [--events N] [--batches B]
 """
 
@@ -24,11 +25,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pandas as pd
-from pyspark.sql.types import StringType, StructField, StructType
 
 from flows.trades import FLOW
-from streamshift.core.contract import SOURCE_REF
+from streamshift.core.settings import load_settings
 from streamshift.jobs import serve
+from streamshift.spark import get_spark
+from streamshift.write.target import state_schema
 
 
 class _Map:
@@ -81,7 +83,8 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=2500, help="events per batch")
     parser.add_argument("--batches", type=int, default=5)
     args = parser.parse_args()
-    spec = serve.state_spec(FLOW, FLOW.view("positions"), _prepared_schema())
+    spark = get_spark(load_settings(), app_name="bench-serve-python-cost")
+    spec = serve.state_spec(FLOW, FLOW.view("positions"), state_schema(spark, FLOW))
     processor = serve._processor(spec)
     processor.init(_Handle())
     rng = random.Random(1)
@@ -105,23 +108,6 @@ def main() -> int:
         f"{statistics.median(calls):.2f} state calls per event"
     )
     return 0
-
-
-def _prepared_schema() -> StructType:
-    """The prepared state's schema without Spark: the flow's columns plus the derived ones."""
-    from pyspark.sql.types import BooleanType
-
-    from flows.trades import NOTIONAL
-    from streamshift.core.contract import IS_DELETED
-
-    extra = [
-        StructField("signed_quantity", FLOW.schema["quantity"].dataType),
-        StructField("notional_usd", NOTIONAL),
-        StructField("signed_notional_usd", NOTIONAL),
-        StructField(IS_DELETED, BooleanType()),
-        StructField(SOURCE_REF, StringType()),
-    ]
-    return StructType([*FLOW.schema.fields, *extra])
 
 
 if __name__ == "__main__":

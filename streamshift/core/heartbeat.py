@@ -49,6 +49,13 @@ def write_heartbeat(path: Path, beat: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
+def update_heartbeat(path: Path, beat: dict[str, Any], **changes: Any) -> None:
+    """Apply ``changes`` to ``beat``, stamp ``last_seen`` and write it: what every job's
+    heartbeat does on each event (``last_seen`` shows an idle job alive)."""
+    beat.update(changes, last_seen=now_iso())
+    write_heartbeat(path, beat)
+
+
 def read_heartbeat(home: Path, flow: str, layer: str) -> dict[str, Any]:
     """The latest heartbeat of a stream job; empty when none was written (or mid-replace)."""
     try:

@@ -241,11 +241,9 @@ def view_changes(flow: Flow, view: View, accepted: DataFrame) -> DataFrame:
 
     schema = accepted.schema
     spec = state_spec(flow, view, schema)
-    sums = [m for m in view.measures if m.column is not None]
-
     inputs = [F.col(c).alias(f"g{i}") for i, c in enumerate(view.group_key)] + [
-        F.col(m.column).cast(t).alias(f"m{i}")
-        for i, (m, t) in enumerate(zip(sums, spec["sum_ddls"], strict=True))
+        F.col(column).cast(t).alias(f"m{i}")
+        for i, (column, t) in enumerate(zip(spec["sums"], spec["sum_ddls"], strict=True))
     ]
     frame = accepted.select(
         F.col(flow.key).alias("k"),
@@ -308,8 +306,7 @@ class _Heartbeat:
         self.path, self.beat, self._at = path, beat, 0.0
 
     def save(self, **changes: Any) -> None:
-        self.beat.update(changes, last_seen=heartbeat.now_iso())
-        heartbeat.write_heartbeat(self.path, self.beat)
+        heartbeat.update_heartbeat(self.path, self.beat, **changes)
         self._at = time.monotonic()
 
     def touch(self) -> None:

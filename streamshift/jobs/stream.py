@@ -288,8 +288,7 @@ class ProgressRecorder(StreamingQueryListener):
         }
 
     def _save(self, **changes: Any) -> None:
-        self.beat.update(changes, last_seen=heartbeat.now_iso())
-        heartbeat.write_heartbeat(self.beat_path, self.beat)
+        heartbeat.update_heartbeat(self.beat_path, self.beat, **changes)
 
     def onQueryStarted(self, event) -> None:  # type: ignore[no-untyped-def]
         if event.name == self.name:
