@@ -111,3 +111,62 @@ def test_latest_per_key_takes_highest_version(spark, reference) -> None:  # type
     checked = checked_changes(FLOW, frame(spark, rows), reference)
     got = {(r.trade_id, r.version, r.quantity) for r in latest_per_key(FLOW, checked).collect()}
     assert got == {("a", 3, 3), ("b", 1, 100)}
+
+
+def test_ranked_versions_flags_what_distinct_versions_and_latest_per_key_keep(
+    spark,
+    reference,  # type: ignore[no-untyped-def]
+) -> None:
+    """The write path's one sort agrees with the two transforms it replaces, row for row:
+    redelivered versions (the lowest source reference wins), several versions of a key,
+    rejected rows (flagged neither, even a key's highest version)."""
+    from streamshift.write.transforms import (
+        FIRST_VERSION,
+        LATEST_VERSION,
+        distinct_versions,
+        ranked_versions,
+    )
+
+    rows = [
+        trade("a", 1, ref="f:3"),
+        trade("a", 2, quantity=2, ref="f:9"),
+        trade("a", 2, quantity=7, ref="f:4"),  # the same version again: f:4 < f:9 wins
+        trade("a", 3, quantity="x", ref="f:5"),  # rejected: a's latest stays version 2
+        trade("b", 1, ref="f:8"),
+        trade("b", 1, ref="f:1"),
+        trade("c", 4, ref="f:2"),
+        trade("c", 1, ref="f:6"),
+        trade("", 1, ref="f:7"),  # rejected: no key
+    ]
+    checked = checked_changes(FLOW, frame(spark, rows), reference)
+    ranked = ranked_versions(FLOW, checked).collect()
+    flagged = {
+        flag: {(r.trade_id, r.version, r.quantity, r._source_ref) for r in ranked if r[flag]}
+        for flag in (FIRST_VERSION, LATEST_VERSION)
+    }
+    accepted = checked.where(f"size({FAILED}) = 0")
+
+    def picked(frame_):  # type: ignore[no-untyped-def]
+        return {(r.trade_id, r.version, r.quantity, r._source_ref) for r in frame_.collect()}
+
+    assert (
+        flagged[FIRST_VERSION]
+        == picked(distinct_versions(FLOW, accepted))
+        == {
+            ("a", 1, 100, "f:3"),
+            ("a", 2, 7, "f:4"),
+            ("b", 1, 100, "f:1"),
+            ("c", 4, 100, "f:2"),
+            ("c", 1, 100, "f:6"),
+        }
+    )
+    assert (
+        flagged[LATEST_VERSION]
+        == picked(latest_per_key(FLOW, accepted))
+        == {
+            ("a", 2, 7, "f:4"),
+            ("b", 1, 100, "f:1"),
+            ("c", 4, 100, "f:2"),
+        }
+    )
+    assert len(ranked) == len(rows)

@@ -103,6 +103,34 @@ def distinct_versions(flow: Flow, df: DataFrame) -> DataFrame:
     return df.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
 
 
+FIRST_VERSION = "_first_version"
+LATEST_VERSION = "_latest_version"
+
+
+def ranked_versions(flow: Flow, checked: DataFrame) -> DataFrame:
+    """``checked`` with two flags on its accepted rows, from one sort by key (where
+    :func:`distinct_versions` and :func:`latest_per_key` take a shuffle and a sort each):
+
+    * ``_first_version``: the row ``distinct_versions`` keeps, the first delivery (lowest
+      source reference) of its (key, version);
+    * ``_latest_version``: the row ``latest_per_key`` keeps, the key's highest version.
+
+    Rejected rows (a failed rule) get neither.
+    """
+    accepted = F.size(FAILED) == 0
+    order = Window.partitionBy(accepted, F.col(flow.key)).orderBy(
+        F.col(flow.version).desc(), F.col(SOURCE_REF)
+    )
+    first_of_key = F.row_number().over(order) == 1
+    repeated = F.lag(flow.version).over(order).eqNullSafe(F.col(flow.version))
+    return checked.withColumns(
+        {
+            FIRST_VERSION: accepted & (first_of_key | ~repeated),
+            LATEST_VERSION: accepted & first_of_key,
+        }
+    )
+
+
 def recompute_view_groups(
     view_compute,
     live: DataFrame,
@@ -139,10 +167,15 @@ def changed_groups(
 
 
 def state_columns(flow: Flow, checked: DataFrame) -> DataFrame:
-    """The columns stored in current state and history."""
-    drop = [c for c in checked.columns if c.startswith("_") and c not in (SOURCE, SOURCE_REF)]
-    # The one clock of the write path: a column Spark fills at execution.
-    return checked.drop(*drop).withColumn(APPLIED_AT, F.current_timestamp())
+    """The columns stored in current state and history.
+
+    ``_applied_at`` is the one clock of the write path: a column Spark fills at execution,
+    unless ``checked`` carries it already (the write path stamps its persisted batch once, so
+    history and current state record the same instant).
+    """
+    keep = [c for c in checked.columns if not c.startswith("_") or c in (SOURCE, SOURCE_REF)]
+    stamp = F.col(APPLIED_AT) if APPLIED_AT in checked.columns else F.current_timestamp()
+    return checked.select(*keep, stamp.alias(APPLIED_AT))
 
 
 def replacement_cancels(
