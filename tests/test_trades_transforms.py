@@ -10,7 +10,14 @@ import pytest
 from flows.trades import FLOW, positions
 from streamshift.core.contract import FAILED, IS_DELETED
 from streamshift.write.target import load_reference
-from streamshift.write.transforms import checked_changes, latest_per_key
+from streamshift.write.transforms import (
+    FIRST_VERSION,
+    LATEST_VERSION,
+    checked_changes,
+    distinct_versions,
+    latest_per_key,
+    ranked_versions,
+)
 from tests.trades_data import frame, trade
 
 pytestmark = pytest.mark.spark
@@ -120,13 +127,6 @@ def test_ranked_versions_flags_what_distinct_versions_and_latest_per_key_keep(
     """The write path's one sort agrees with the two transforms it replaces, row for row:
     redelivered versions (the lowest source reference wins), several versions of a key,
     rejected rows (flagged neither, even a key's highest version)."""
-    from streamshift.write.transforms import (
-        FIRST_VERSION,
-        LATEST_VERSION,
-        distinct_versions,
-        ranked_versions,
-    )
-
     rows = [
         trade("a", 1, ref="f:3"),
         trade("a", 2, quantity=2, ref="f:9"),
@@ -140,18 +140,16 @@ def test_ranked_versions_flags_what_distinct_versions_and_latest_per_key_keep(
     ]
     checked = checked_changes(FLOW, frame(spark, rows), reference)
     ranked = ranked_versions(FLOW, checked).collect()
-    flagged = {
-        flag: {(r.trade_id, r.version, r.quantity, r._source_ref) for r in ranked if r[flag]}
-        for flag in (FIRST_VERSION, LATEST_VERSION)
-    }
-    accepted = checked.where(f"size({FAILED}) = 0")
 
-    def picked(frame_):  # type: ignore[no-untyped-def]
-        return {(r.trade_id, r.version, r.quantity, r._source_ref) for r in frame_.collect()}
+    def picked(rows_):  # type: ignore[no-untyped-def]
+        return {(r.trade_id, r.version, r.quantity, r._source_ref) for r in rows_}
+
+    flagged = {f: picked(r for r in ranked if r[f]) for f in (FIRST_VERSION, LATEST_VERSION)}
+    accepted = checked.where(f"size({FAILED}) = 0")
 
     assert (
         flagged[FIRST_VERSION]
-        == picked(distinct_versions(FLOW, accepted))
+        == picked(distinct_versions(FLOW, accepted).collect())
         == {
             ("a", 1, 100, "f:3"),
             ("a", 2, 7, "f:4"),
@@ -162,7 +160,7 @@ def test_ranked_versions_flags_what_distinct_versions_and_latest_per_key_keep(
     )
     assert (
         flagged[LATEST_VERSION]
-        == picked(latest_per_key(FLOW, accepted))
+        == picked(latest_per_key(FLOW, accepted).collect())
         == {
             ("a", 2, 7, "f:4"),
             ("b", 1, 100, "f:1"),

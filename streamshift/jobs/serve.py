@@ -229,6 +229,11 @@ def state_spec(flow: Flow, view: View, schema: StructType) -> dict[str, Any]:
         "sums": [m.column for m in sums],
         "measures": measures,
         "output_columns": [*view.group_key, *(m.name for m in view.measures), LIVE_ROWS],
+        "output_ddl": ", ".join(
+            [f"{c} {ddl(c)}" for c in view.group_key]
+            + [f"{m.name} {m.data_type.simpleString()}" for m in view.measures]
+            + [f"{LIVE_ROWS} BIGINT"]
+        ),
     }
 
 
@@ -239,8 +244,7 @@ def view_changes(flow: Flow, view: View, accepted: DataFrame) -> DataFrame:
     """
     from pyspark.sql import functions as F
 
-    schema = accepted.schema
-    spec = state_spec(flow, view, schema)
+    spec = state_spec(flow, view, accepted.schema)
     inputs = [F.col(c).alias(f"g{i}") for i, c in enumerate(view.group_key)] + [
         F.col(column).cast(t).alias(f"m{i}")
         for i, (column, t) in enumerate(zip(spec["sums"], spec["sum_ddls"], strict=True))
@@ -253,16 +257,11 @@ def view_changes(flow: Flow, view: View, accepted: DataFrame) -> DataFrame:
         *inputs,
         F.lit(0).alias("all"),
     )
-    output = ", ".join(
-        [f"{c} {schema[c].dataType.simpleString()}" for c in view.group_key]
-        + [f"{m.name} {m.data_type.simpleString()}" for m in view.measures]
-        + [f"{LIVE_ROWS} BIGINT"]
-    )
     # One state key: a CANCEL may carry no group, so a row must be found by its key alone and
     # its group's totals updated in the same call.
     return frame.groupBy("all").transformWithStateInPandas(
         statefulProcessor=_processor(spec),
-        outputStructType=output,
+        outputStructType=spec["output_ddl"],
         outputMode="Update",
         timeMode="None",
     )

@@ -277,7 +277,9 @@ def _apply_accepted(
     closing_date: dt.date | None,
     steps: _Steps,
 ) -> None:
-    """Steps 3–6 for the accepted rows.
+    """Steps 3–6 for the accepted rows of ``checked``, the apply's persisted frame: its
+    ``ranked_versions`` flags pick the new versions and each key's latest (rejected rows have
+    neither).
 
     The critical path is keys → touched groups → current state → views; the history write
     and the late-event record depend only on the incoming versions, so they run beside it on

@@ -91,9 +91,15 @@ def checked_changes(flow: Flow, raw: DataFrame, reference: Reference) -> DataFra
     )
 
 
+def _newest_first(flow: Flow) -> tuple[Column, Column]:
+    """A key's versions, highest first; one version delivered twice, lowest source reference
+    first (deterministic). The one order of :func:`latest_per_key` and :func:`ranked_versions`."""
+    return F.col(flow.version).desc(), F.col(SOURCE_REF)
+
+
 def latest_per_key(flow: Flow, df: DataFrame) -> DataFrame:
     """One row per key: the highest version (ties broken by source reference, deterministic)."""
-    order = Window.partitionBy(flow.key).orderBy(F.col(flow.version).desc(), F.col(SOURCE_REF))
+    order = Window.partitionBy(flow.key).orderBy(*_newest_first(flow))
     return df.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
 
 
@@ -118,9 +124,7 @@ def ranked_versions(flow: Flow, checked: DataFrame) -> DataFrame:
     Rejected rows (a failed rule) get neither.
     """
     accepted = F.size(FAILED) == 0
-    order = Window.partitionBy(accepted, F.col(flow.key)).orderBy(
-        F.col(flow.version).desc(), F.col(SOURCE_REF)
-    )
+    order = Window.partitionBy(accepted, F.col(flow.key)).orderBy(*_newest_first(flow))
     first_of_key = F.row_number().over(order) == 1
     repeated = F.lag(flow.version).over(order).eqNullSafe(F.col(flow.version))
     return checked.withColumns(
