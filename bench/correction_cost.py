@@ -123,13 +123,19 @@ def main() -> int:
             line += f" {f['hand']:>6.1f}s {f['correction'] / f['hand']:>7.3f}"
         print(line)
     print("goal: correction / re-run <= 0.020")
+    print_scaling(figures)
+    return 0
+
+
+def print_scaling(figures: dict[int, dict[str, float]]) -> None:
+    """The correction at the largest day size ÷ at the smallest (goal <= 1.3)."""
+    sizes = sorted(figures)
     if len(sizes) > 1:
         small, large = figures[sizes[0]], figures[sizes[-1]]
         print(
             f"correction at {sizes[-1]} / at {sizes[0]}: "
             f"{large['correction'] / small['correction']:.2f} (goal <= 1.3)"
         )
-    return 0
 
 
 if __name__ == "__main__":

@@ -248,9 +248,8 @@ def parser(doc: str, seconds: float, pipelines: list[str]) -> argparse.ArgumentP
     return parser
 
 
-def run(args: argparse.Namespace) -> tuple[dict[str, Pipeline], dict[str, dict[str, Any]], Path]:
-    """Start a broker, run each pipeline of ``args.pipelines`` in turn; their results."""
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
+def started_broker(work: Path) -> LocalBroker:
+    """A local Kafka broker under ``work`` on free ports, started."""
     base = load_settings()
     broker = LocalBroker(
         work / "kafka",
@@ -260,11 +259,24 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Pipeline], dict[str, dict[s
         base.jars_dir / "log4j2-kafka.properties",
     )
     broker.start()
-    settings = load_settings(home=work / "home", kafka_bootstrap_servers=broker.bootstrap)
+    return broker
+
+
+def job_env(settings: Settings) -> dict[str, str]:
+    """The environment of a streamshift job started as its own process with ``settings``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
-    env.update(
-        STREAMSHIFT_HOME=str(settings.home), STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS=broker.bootstrap
-    )
+    return env | {
+        "STREAMSHIFT_HOME": str(settings.home),
+        "STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
+    }
+
+
+def run(args: argparse.Namespace) -> tuple[dict[str, Pipeline], dict[str, dict[str, Any]], Path]:
+    """Start a broker, run each pipeline of ``args.pipelines`` in turn; their results."""
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
+    broker = started_broker(work)
+    settings = load_settings(home=work / "home", kafka_bootstrap_servers=broker.bootstrap)
+    env = job_env(settings)
     n_events = int(args.rate * args.seconds)
     files = generate_day(DAY, n_events + 2000, work / "files", seed=7)
     rows = read_rows(files.eod, get_flow("trades"))
@@ -383,20 +395,25 @@ def _served_positions(settings: Settings, served: str) -> dict[tuple[str, ...], 
     return {k: v for k, v in latest.items() if v is not None}
 
 
-def _check_serving(settings: Settings, served_topic: str) -> None:
-    """The serving topic's positions equal streamshift's Delta positions table, group by group."""
+def stored_positions(settings: Settings, layer: str) -> dict[tuple[str, ...], tuple[str, ...]]:
+    """A layer's Delta ``positions`` table, keyed and rendered like :func:`_served_positions`."""
     from deltalake import DeltaTable
 
     flow = get_flow("trades")
-    table = DeltaTable(LayerTables(settings.warehouse, flow, "stream").view("positions"))
+    table = DeltaTable(LayerTables(settings.warehouse, flow, layer).view("positions"))
     rows = table.to_pyarrow_table().to_pylist()
     columns = ("net_quantity", "net_notional_usd", "gross_notional_usd", "trade_count")
-    stored = {
+    return {
         tuple(str(r[c]) for c in ("business_date", "book", "instrument")): tuple(
             str(r[c]) for c in columns
         )
         for r in rows
     }
+
+
+def _check_serving(settings: Settings, served_topic: str) -> None:
+    """The serving topic's positions equal streamshift's Delta positions table, group by group."""
+    stored = stored_positions(settings, "stream")
     served = _served_positions(settings, served_topic)
     differ = [k for k in stored.keys() | served.keys() if stored.get(k) != served.get(k)]
     verdict = "equal" if not differ else f"{len(differ)} differ, e.g. {sorted(differ)[:3]}"

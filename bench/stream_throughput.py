@@ -3,11 +3,17 @@
 A topic is preloaded with N generated trade events (default 1,000,000). Then, in one run
 and with the same ``maxOffsetsPerTrigger``:
   * raw: an available-now streaming query whose foreachBatch only counts the rows;
+  * floors (unless ``--no-floors``), the least a pipeline writing Delta per event does, each an
+    available-now query on the same topic: ``append`` appends the records as text to a Delta
+    table (the latency floor's pipeline, bench/_floor_stream.py); ``decode+append`` decodes
+    each batch with the flow's decode and appends the typed rows to a Delta table partitioned
+    by date; ``decode+merge`` upserts the latest row per key of each batch into such a table
+    instead (one MERGE);
   * pipeline: the streaming job (decode, validate, history, current state, positions) with
     ``--available-now`` into an empty stream layer.
-Prints events/s of each and the ratio (goal: pipeline >= 0.5 x raw).
+Prints events/s of each and the ratios (goal: pipeline >= 0.5 x raw).
 
-Run: .venv/bin/python bench/stream_throughput.py [--events N]
+Run: .venv/bin/python bench/stream_throughput.py [--events N] [--no-floors]
 (starts its own Kafka broker on free ports; needs scripts/setup to have run)
 """
 
@@ -18,16 +24,19 @@ import datetime as dt
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from stream_latency import started_broker
+
 from flows.trades.generate import generate_day
-from streamshift.core.processes import free_port
+from streamshift.core.contract import MALFORMED
 from streamshift.core.registry import get_flow
 from streamshift.core.settings import load_settings
 from streamshift.jobs.stream import kafka_stream, run_stream
-from streamshift.local.broker import LocalBroker
+from streamshift.sources.decode import decode
 from streamshift.sources.kafka import ensure_topic
 from streamshift.sources.produce import produce_rows, read_rows
 from streamshift.spark import get_spark
@@ -35,16 +44,24 @@ from streamshift.spark import get_spark
 DAY = dt.date(2026, 11, 20)
 
 
-def raw_read(spark, settings, topic: str, checkpoint: Path) -> tuple[int, float]:  # type: ignore[no-untyped-def]
+def available_now(spark, settings, topic: str, checkpoint: Path, each=None) -> tuple[int, float]:  # type: ignore[no-untyped-def]
+    """Events read and seconds taken by an available-now query on ``topic`` running ``each``
+    (batch, batch_id) per micro-batch; without ``each`` it only counts (the raw read)."""
     counted = [0]
 
-    def count(batch, batch_id: int) -> None:  # type: ignore[no-untyped-def]
-        counted[0] += batch.count()
+    def run(batch, batch_id: int) -> None:  # type: ignore[no-untyped-def]
+        if each is None:
+            counted[0] += batch.count()
+        else:
+            batch.persist()
+            counted[0] += batch.count()
+            each(batch, batch_id)
+            batch.unpersist()
 
     started = time.perf_counter()
     query = (
         kafka_stream(spark, settings, topic)
-        .writeStream.foreachBatch(count)
+        .writeStream.foreachBatch(run)
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
         .start()
@@ -53,21 +70,59 @@ def raw_read(spark, settings, topic: str, checkpoint: Path) -> tuple[int, float]
     return counted[0], time.perf_counter() - started
 
 
+def floors(flow, table: Path) -> dict[str, Callable]:  # type: ignore[no-untyped-def,type-arg]
+    """The floor pipelines' batch functions, writing under ``table``."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    typed = [F.col(f.name).try_cast(f.dataType).alias(f.name) for f in flow.schema]
+
+    def decoded(batch):  # type: ignore[no-untyped-def]
+        return batch.transform(decode(flow)).where(F.col(MALFORMED).isNull()).select(*typed)
+
+    def raw(batch, batch_id: int) -> None:  # type: ignore[no-untyped-def]
+        batch.selectExpr(
+            "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "partition", "offset"
+        ).write.format("delta").mode("append").save(str(table / "raw"))
+
+    def append(batch, batch_id: int) -> None:  # type: ignore[no-untyped-def]
+        path = str(table / "append")
+        decoded(batch).write.format("delta").mode("append").partitionBy(flow.business_date).option(
+            "txnAppId", "floor-append"
+        ).option("txnVersion", batch_id).save(path)
+
+    def merge(batch, batch_id: int) -> None:  # type: ignore[no-untyped-def]
+        path = str(table / "merge")
+        rows = decoded(batch)
+        latest = (
+            rows.groupBy(flow.key)
+            .agg(F.max_by(F.struct(*flow.columns), F.col(flow.version)).alias("r"))
+            .select("r.*")
+        )
+        if not DeltaTable.isDeltaTable(batch.sparkSession, path):
+            latest.limit(0).write.format("delta").partitionBy(flow.business_date).save(path)
+        on = f"t.{flow.key} = s.{flow.key}"
+        (
+            DeltaTable.forPath(batch.sparkSession, path)
+            .alias("t")
+            .merge(latest.alias("s"), on)
+            .whenMatchedUpdateAll(f"s.{flow.version} >= t.{flow.version}")
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+
+    return {"append": raw, "decode+append": append, "decode+merge": merge}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--no-floors", action="store_true", help="skip the floor pipelines")
     args = parser.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
-    broker = LocalBroker(
-        work / "kafka",
-        free_port(),
-        free_port(),
-        load_settings().kafka_jars,
-        load_settings().jars_dir / "log4j2-kafka.properties",
-    )
-    print(f"[bench] starting Kafka on {broker.bootstrap}", flush=True)
-    broker.start()
+    print("[bench] starting Kafka", flush=True)
+    broker = started_broker(work)
     try:
         settings = load_settings(home=work / "home", kafka_bootstrap_servers=broker.bootstrap)
         flow = get_flow("trades")
@@ -80,8 +135,12 @@ def main() -> int:
         print(f"[bench] {sent.describe()}", flush=True)
         spark = get_spark(settings, app_name="bench-stream-throughput")
 
-        n_raw, raw_s = raw_read(spark, settings, topic, work / "raw-checkpoint")
+        n_raw, raw_s = available_now(spark, settings, topic, work / "raw-checkpoint")
         print(f"[bench] raw read: {n_raw} events in {raw_s:.1f}s", flush=True)
+        floor_s: dict[str, float] = {}
+        for name, each in ({} if args.no_floors else floors(flow, work / "floors")).items():
+            _, floor_s[name] = available_now(spark, settings, topic, work / f"cp-{name}", each)
+            print(f"[bench] floor {name}: {floor_s[name]:.1f}s", flush=True)
         run = run_stream(
             spark, settings, flow, "stream", available_now=True, topic=topic, handle_signals=False
         )
@@ -97,6 +156,12 @@ def main() -> int:
             f"maxOffsetsPerTrigger {settings.max_offsets_per_trigger})"
         )
         print(f"raw Kafka read (count):     {raw_rate:,.0f} events/s ({raw_s:.1f} s)")
+        for name, seconds in floor_s.items():
+            rate = n_raw / seconds
+            print(
+                f"floor {name + ':':21s}{rate:,.0f} events/s ({seconds:.1f} s), "
+                f"{rate / raw_rate:.3f} of raw"
+            )
         print(
             f"full pipeline:              {pipe_rate:,.0f} events/s ({pipe_s:.1f} s, "
             f"{run.totals.batches} batches)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from decimal import Decimal
 
 import pytest
@@ -168,3 +169,53 @@ def test_ranked_versions_flags_what_distinct_versions_and_latest_per_key_keep(
         }
     )
     assert len(ranked) == len(rows)
+
+
+def test_decode_gives_values_as_text_and_names_what_is_undecodable(spark) -> None:  # type: ignore[no-untyped-def]
+    from streamshift.sources.decode import decode
+
+    def doc(**changes: object) -> bytes:
+        """A trade message; the price is written as the number 101.50; ... drops a field."""
+        fields = {c: f"<{c}>" for c in FLOW.columns} | {"version": 2, "quantity": 10}
+        fields |= {"price": "@"} | changes
+        body = ", ".join(f'"{k}": {json.dumps(v)}' for k, v in fields.items() if v is not ...)
+        return ("{" + body + "}").replace('"@"', "101.50").encode()
+
+    messages = {
+        "plain": doc(),
+        "spaced": b" \n" + doc(),
+        "integral decimal": doc(quantity=1000.0),
+        "long decimal": doc().replace(b"101.50", b"12345678901234.123456"),
+        "null book": doc(book=None),
+        "duplicate key": doc()[:-1] + b', "book": "other"}',
+        "array": b"[1, 2]",
+        "wrong type": doc(quantity="ten"),
+        "missing": doc(price=...),
+    }
+    kafka = spark.createDataFrame(
+        [
+            (name.encode(), v, "t", 0, i, dt.datetime(2026, 11, 20))
+            for i, (name, v) in enumerate(messages.items())
+        ],
+        "key BINARY, value BINARY, topic STRING, partition INT, offset LONG, timestamp TIMESTAMP",
+    )
+    got = {r["_kafka_key"].decode(): r for r in kafka.transform(decode(FLOW)).collect()}
+    plain = got["plain"]
+    assert (plain["_malformed"], plain["book"], plain["version"]) == (None, "<book>", "2")
+    assert (plain["quantity"], plain["price"]) == ("10", "101.5")
+    # A decimal stays exact (never through a double).
+    assert got["long decimal"]["price"] == "12345678901234.123456"
+    assert got["spaced"]["trade_id"] == "<trade_id>" and got["spaced"]["_malformed"] is None
+    assert got["integral decimal"]["quantity"] == "1000"  # an integer the cast accepts
+    assert got["null book"]["_malformed"] is None and got["null book"]["book"] is None
+    expected = {
+        "duplicate key": ("json_invalid", "value is not valid JSON"),
+        "array": ("json_not_object", "value is a JSON ARRAY"),
+        "wrong type": ("json_wrong_type", "wrong JSON types: quantity is STRING"),
+        "missing": ("json_missing_field", "missing fields: price"),
+    }
+    for name, (rule, detail) in expected.items():
+        row = got[name]
+        assert (row["_malformed"], row["_decode_error"]) == (rule, detail), name
+        assert all(row[c] is None for c in FLOW.columns), name
+        assert row["_raw"] == messages[name].decode(), name
