@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -55,7 +56,7 @@ class SparkCluster:
             "--host", "127.0.0.1", "--port", str(self.port), "--webui-port", str(self.ui_port),
         )  # fmt: skip
         deadline = time.monotonic() + timeout
-        while not port_open(self.port):
+        while not (self._bound_ports() and port_open(self.port)):
             self._check_alive(deadline)
         for i in range(self.workers):
             work = self.root / f"worker-{i + 1}"
@@ -77,13 +78,31 @@ class SparkCluster:
             raise AssertionError(f"the Spark cluster did not come up ({dead}):\n{logs}")
         time.sleep(0.5)
 
+    def _bound_ports(self) -> bool:
+        """Whether the master has said where it listens; takes the ports it bound, which are
+        not the ones asked for when another process took one of those in between (Spark then
+        moves to the next port)."""
+        log = self.root / "logs" / "master.out"
+        text = log.read_text(errors="replace") if log.exists() else ""
+        master = re.search(r"Starting Spark master at spark://[^:]+:(\d+)", text)
+        ui = re.search(
+            r"MasterWebUI: Bound MasterWebUI to .*, and started at https?://[^:]+:(\d+)", text
+        )
+        if not (master and ui):
+            return False
+        self.port, self.ui_port = int(master.group(1)), int(ui.group(1))
+        self.url = f"spark://127.0.0.1:{self.port}"
+        return True
+
     def state(self) -> dict[str, Any]:
-        """The master's own view (its web UI's JSON): workers, running and completed apps."""
+        """The master's own view (its web UI's JSON): workers, running and completed apps;
+        empty while it does not answer with that JSON yet (a page still starting answers with
+        HTML)."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5) as r:
                 state: dict[str, Any] = json.loads(r.read())
                 return state
-        except OSError:
+        except (OSError, ValueError):
             return {}
 
     def stop(self) -> None:
