@@ -8,7 +8,9 @@ of all its columns) and timed; medians per variant and µs per event are printed
 * ``bytes``: cast the value to a string (the floor: no JSON at all);
 * ``parse``: ``try_parse_json`` of every message;
 * ``extract``: parse, then each column as a string (no type check);
-* ``decode``: ``streamshift.sources.decode`` as the stream job runs it (type checks, rules);
+* ``decode``: ``streamshift.sources.decode`` as the stream job runs it (type checks, rules),
+  with the JSON checks in the JVM decoder (jvm/udf);
+* ``decode-expr``: the same decode with the JSON checks as Spark expressions (its reference);
 * ``from_json``: Spark's ``from_json`` with an all-string schema (what the issue quotes).
 
 Run: .venv/bin/python bench/decode_cost.py [--events N] [--rounds 3]
@@ -72,6 +74,7 @@ def main() -> int:
             *[F.try_variant_get("d", f"$.{c}", "string").alias(c) for c in flow.columns]
         ),
         "decode": decode(flow),
+        "decode-expr": decode(flow, reference=True),
         "from_json": lambda df: df.select(F.from_json(text, strings).alias("r")).select("r.*"),
     }
     seconds: dict[str, list[float]] = {name: [] for name in variants}
