@@ -65,7 +65,7 @@ def _jvm_fields(flow: Flow, staged: DataFrame) -> DataFrame:
     parts = F.call_function(JVM_FUNCTION, F.col("_text"), F.lit(_spec(flow)))
     with_parts = staged.select("*", parts.alias("_parts"))
     return with_parts.select(
-        *[c for c in staged.columns],
+        *staged.columns,
         F.col("_parts")[0].alias("_top"),
         F.col("_parts")[1].alias("_missing"),
         F.col("_parts")[2].alias("_wrong"),
