@@ -375,11 +375,19 @@ def checkpoint_path(settings: Settings, flow: Flow, layer: str) -> str:
     return str(settings.checkpoints / heartbeat.query_name(flow.name, layer))
 
 
+# How long a broker may hold a fetch of Spark's Kafka source for more bytes (Kafka's default:
+# 500 ms). A micro-batch only reads offsets that exist, yet its task's fetch still waited the
+# whole default: 0.53 s of a one-event batch's Kafka stage, 0.04-0.05 s at 10 ms (BENCHMARKS.md,
+# "Where a one-event serving batch goes"). A batch of many events fills the fetch anyway.
+FETCH_MAX_WAIT_MS = 10
+
+
 def kafka_stream(spark: SparkSession, settings: Settings, topic: str) -> DataFrame:
     """The streaming read of ``topic`` every streaming query here uses (and the benches' floor)."""
     return (
         spark.readStream.format("kafka")
         .options(**settings.spark_kafka_options())
+        .option("kafka.fetch.max.wait.ms", str(FETCH_MAX_WAIT_MS))
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))

@@ -155,11 +155,16 @@ def when_small(
 
 # ---- reference data -----------------------------------------------------------------------
 def load_reference(spark: SparkSession, flow: Flow) -> dict[str, DataFrame]:
-    """Each reference table of ``flow`` as a cached DataFrame, read with its declared schema."""
+    """Each reference table of ``flow`` as a cached DataFrame, read with its declared schema.
+
+    Reference data is small (the flows broadcast it), so each table is cached as one partition:
+    a window or aggregate a flow's ``prepare`` runs over it then needs no shuffle, which a
+    streaming job would otherwise run again in every micro-batch.
+    """
     tables: dict[str, DataFrame] = {}
     for ref in flow.reference:
         df = spark.read.csv(str(ref.path), header=True, schema=ref.schema, mode="FAILFAST")
-        tables[ref.name] = df.cache()
+        tables[ref.name] = df.coalesce(1).cache()
     return tables
 
 
