@@ -391,6 +391,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         topic=args.topic,
         trigger=args.trigger,
         available_now=args.available_now,
+        engine=args.engine,
     )
     print(run.describe())
     return 0
@@ -605,6 +606,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--view", help="the view to serve (default: the flow's first)")
     _trigger_options(p)
     p.add_argument("--topic", help="topic read (default: the flow's name)")
+    from streamshift.jobs.serve import ENGINES  # no Spark: plain Python
+
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="jvm",
+        help="where the state processor runs: jvm (default; jvm/udf's AdditiveViewState, "
+        "in-process state calls) or python (transformWithStateInPandas). Each keeps its own "
+        "checkpoint; the published rows are the same",
+    )
     p.set_defaults(handler=_cmd_serve)
 
     p = sub.add_parser(

@@ -52,12 +52,14 @@ def _expected(spark, rows) -> dict[tuple[str, ...], tuple[str, ...]]:  # type: i
 @pytest.mark.spark
 @pytest.mark.kafka
 @pytest.mark.slow
+@pytest.mark.parametrize("engine", ["jvm", "python"])
 def test_serve_publishes_the_flows_view_and_resumes_without_double_counting(
-    spark, kafka_settings, tmp_path
+    spark, kafka_settings, tmp_path, engine
 ) -> None:  # type: ignore[no-untyped-def]
     """A day with amends, cancels, book moves and poison rows, in a shuffled order and in two
     deliveries (the second repeats part of the first); the job is stopped in between and
-    resumes from its checkpoint. After each run the topic holds exactly the flow's view."""
+    resumes from its checkpoint. After each run the topic holds exactly the flow's view —
+    with the state processor in the JVM and in Python workers alike."""
     topic = new_topic()
     files = generate_day(DAY, 300, tmp_path / "day", seed=31, progress=False)
     rows = shuffled_day(files, seed=5)
@@ -73,9 +75,10 @@ def test_serve_publishes_the_flows_view_and_resumes_without_double_counting(
     produce_rows(kafka_settings, FLOW, first, topic=topic, progress=False)
     done = run_cli(
         home, "serve", "--flow", "trades", "--topic", topic, "--available-now",
-        **LOCAL_SPARK, **bootstrap,
+        "--engine", engine, **LOCAL_SPARK, **bootstrap,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
+    assert f"{engine} state processor" in done.stderr, done.stderr[-3000:]
     # Reading a key the state does not hold yet is the normal case (a new trade), not a
     # warning: no line per event in the job's log.
     assert "doesn't contain key" not in done.stderr, done.stderr[-3000:]
@@ -94,7 +97,7 @@ def test_serve_publishes_the_flows_view_and_resumes_without_double_counting(
     produce_rows(kafka_settings, FLOW, second, topic=topic, progress=False)
     done = run_cli(
         home, "serve", "--flow", "trades", "--topic", topic, "--available-now",
-        **LOCAL_SPARK, **bootstrap,
+        "--engine", engine, **LOCAL_SPARK, **bootstrap,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     everything = _expected(spark, first + second)

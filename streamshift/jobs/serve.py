@@ -237,13 +237,23 @@ def state_spec(flow: Flow, view: View, schema: StructType) -> dict[str, Any]:
     }
 
 
-def view_changes(flow: Flow, view: View, accepted: DataFrame) -> DataFrame:
+ENGINES = ("jvm", "python")
+JVM_PROCESSOR = "dev.streamshift.AdditiveViewState"  # jvm/udf, built by scripts/setup
+
+
+def view_changes(flow: Flow, view: View, accepted: DataFrame, engine: str = "jvm") -> DataFrame:
     """Per micro-batch, the view's rows for the groups it changed (``live_rows`` 0 = emptied).
 
     ``accepted`` is the flow's accepted changes (``checked_changes`` without failed rules).
+    ``engine`` runs the state processor in the JVM (``jvm/udf``'s ``AdditiveViewState``: state
+    reads and writes are in-process RocksDB calls) or in Python workers (``_processor``, through
+    ``transformWithStateInPandas``: a socket round trip per state call). Both keep the same
+    state and publish the same rows; their checkpoints are not interchangeable.
     """
     from pyspark.sql import functions as F
 
+    if engine not in ENGINES:
+        raise ServeError(f"unknown state engine {engine!r}; choose one of {', '.join(ENGINES)}")
     spec = state_spec(flow, view, accepted.schema)
     inputs = [F.col(c).alias(f"g{i}") for i, c in enumerate(view.group_key)] + [
         F.col(column).cast(t).alias(f"m{i}")
@@ -255,16 +265,49 @@ def view_changes(flow: Flow, view: View, accepted: DataFrame) -> DataFrame:
         F.col(SOURCE_REF).alias("ref"),
         F.col(IS_DELETED).alias("deleted"),
         *inputs,
-        F.lit(0).alias("all"),
     )
+    if engine == "jvm":
+        return _jvm_view_changes(frame, spec)
     # One state key: a CANCEL may carry no group, so a row must be found by its key alone and
     # its group's totals updated in the same call.
-    return frame.groupBy("all").transformWithStateInPandas(
-        statefulProcessor=_processor(spec),
-        outputStructType=spec["output_ddl"],
-        outputMode="Update",
-        timeMode="None",
+    return (
+        frame.withColumn("all", F.lit(0))
+        .groupBy("all")
+        .transformWithStateInPandas(
+            statefulProcessor=_processor(spec),
+            outputStructType=spec["output_ddl"],
+            outputMode="Update",
+            timeMode="None",
+        )
     )
+
+
+def _jvm_view_changes(frame: DataFrame, spec: dict[str, Any]) -> DataFrame:
+    from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
+
+    spark = frame.sparkSession
+    measures = ";".join(
+        f"{-1 if m['sum'] is None else m['sum']}:{-1 if m['scale'] is None else m['scale']}"
+        for m in spec["measures"]
+    )
+    processor = spark._jvm.dev.streamshift.AdditiveViewState  # type: ignore[union-attr]
+    try:
+        jdf = processor.apply(
+            frame._jdf,  # type: ignore[attr-defined]
+            spec["key_ddl"],
+            spec["row_ddl"],
+            spec["group_ddl"],
+            spec["totals_ddl"],
+            spec["output_ddl"],
+            measures,
+        )
+    except TypeError as e:  # py4j's JavaPackage: the class is not on the classpath
+        raise ServeError(
+            f"the JVM state processor {JVM_PROCESSOR} is not on this Spark session's classpath "
+            "(jvm/spark/lib/streamshift-udf.jar); run scripts/setup, which builds it, or serve "
+            "with --engine python"
+        ) from e
+    return ClassicDataFrame(jdf, spark)
 
 
 def as_messages(view: View, changes: DataFrame) -> DataFrame:
@@ -326,8 +369,10 @@ def phases(progress: Any) -> dict[str, float]:
     return seconds
 
 
-def checkpoint_path(settings: Settings, flow: Flow, view: View) -> str:
-    return str(settings.checkpoints / f"{flow.name}-serve-{view.name}")
+def checkpoint_path(settings: Settings, flow: Flow, view: View, engine: str = "jvm") -> str:
+    """The query's checkpoint; each engine keeps its own (their state layouts differ)."""
+    suffix = "" if engine == "jvm" else f"-{engine}"
+    return str(settings.checkpoints / f"{flow.name}-serve-{view.name}{suffix}")
 
 
 def run_serve(
@@ -339,6 +384,7 @@ def run_serve(
     topic: str | None = None,
     trigger: str = "1 second",
     available_now: bool = False,
+    engine: str = "jvm",
     echo: bool = True,
 ) -> ServeRun:
     """Run the serving query until it finishes (available-now) or is interrupted."""
@@ -397,12 +443,12 @@ def run_serve(
     raw = kafka.transform(decode(flow)).drop(*TRANSPORT_COLUMNS)
     accepted = checked_changes(flow, raw, load_reference(spark, flow)).where(F.size(FAILED) == 0)
     writer = (
-        view_changes(flow, view, accepted)
+        view_changes(flow, view, accepted, engine)
         # counted in the same pass as the publish (the progress's observed metrics)
         .observe("published", F.count(F.lit(1)).alias("groups"))
         .writeStream.queryName(f"{flow.name}-serve-{view.name}")
         .foreachBatch(publish)
-        .option("checkpointLocation", checkpoint_path(settings, flow, view))
+        .option("checkpointLocation", checkpoint_path(settings, flow, view, engine))
     )
     writer = (
         writer.trigger(availableNow=True)
@@ -420,8 +466,9 @@ def run_serve(
     if echo:
         print(
             f"[serve] {flow.name}.{view.name}: {source_topic} → {out_topic} "
-            f"({'available-now' if available_now else 'trigger ' + trigger}), checkpoint "
-            f"{checkpoint_path(settings, flow, view)}",
+            f"({'available-now' if available_now else 'trigger ' + trigger}; {engine} state "
+            "processor), checkpoint "
+            f"{checkpoint_path(settings, flow, view, engine)}",
             file=sys.stderr,
             flush=True,
         )
