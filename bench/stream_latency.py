@@ -224,7 +224,7 @@ def parser(doc: str, seconds: float, pipelines: list[str]) -> argparse.ArgumentP
         "--pipelines",
         nargs="+",
         default=pipelines,
-        choices=["floor", "streamshift", "serving"],
+        choices=["floor", "streamshift", "serving", "serving-python"],
         help=f"run one after the other on the same broker (default: {' '.join(pipelines)})",
     )
     parser.add_argument(
@@ -307,25 +307,30 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Pipeline], dict[str, dict[s
             work / "floor.progress.jsonl",
             topic("floor"),
         ),
-        "serving": Pipeline(
-            "serving",
-            "its micro-batch's changed positions published to the compacted topic",
-            [
-                sys.executable,
-                "-m",
-                "streamshift.cli",
-                "serve",
-                "--flow",
-                "trades",
-                "--topic",
-                topic("serving"),
-                "--trigger",
-                args.trigger,
-            ],
-            progress_path(settings.home, "trades", "serve-positions"),
-            topic("serving"),
-            visible_field="visible_at",
-        ),
+        **{
+            name: Pipeline(
+                name,
+                "its micro-batch's changed positions published to the compacted topic",
+                [
+                    sys.executable,
+                    "-m",
+                    "streamshift.cli",
+                    "serve",
+                    "--flow",
+                    "trades",
+                    "--topic",
+                    topic(name),
+                    "--trigger",
+                    args.trigger,
+                    "--engine",
+                    engine,
+                ],
+                progress_path(settings.home, "trades", "serve-positions"),
+                topic(name),
+                visible_field="visible_at",
+            )
+            for name, engine in (("serving", "jvm"), ("serving-python", "python"))
+        },
         "streamshift": Pipeline(
             "streamshift",
             "its micro-batch's positions MERGE committed: a reader of the view sees it",
@@ -435,7 +440,7 @@ def main() -> int:
     )
     for name, result in results.items():
         _report(pipelines[name], result)
-    for name in ("streamshift", "serving"):
+    for name in ("streamshift", "serving", "serving-python"):
         if {"floor", name} <= set(results):
             for q, goal in ((0.50, "p50"), (0.99, "p99")):
                 ours = _percentile(results[name]["latencies"], q)

@@ -10,10 +10,13 @@ and with the same ``maxOffsetsPerTrigger``:
     by date; ``decode+merge`` upserts the latest row per key of each batch into such a table
     instead (one MERGE);
   * pipeline: the streaming job (decode, validate, history, current state, positions) with
-    ``--available-now`` into an empty stream layer.
+    ``--available-now`` into an empty stream layer;
+  * serving (unless ``--no-serving``): ``streamshift serve``'s query with ``--available-now``
+    (decode, rules, ``prepare``, positions in the state store, changed groups published to the
+    compacted topic), the hot path issue 14 allows beside the Delta record.
 Prints events/s of each and the ratios (goal: pipeline >= 0.5 x raw).
 
-Run: .venv/bin/python bench/stream_throughput.py [--events N] [--no-floors]
+Run: .venv/bin/python bench/stream_throughput.py [--events N] [--no-floors] [--no-serving]
 (starts its own Kafka broker on free ports; needs scripts/setup to have run)
 """
 
@@ -35,6 +38,7 @@ from flows.trades.generate import generate_day
 from streamshift.core.contract import MALFORMED
 from streamshift.core.registry import get_flow
 from streamshift.core.settings import load_settings
+from streamshift.jobs.serve import run_serve
 from streamshift.jobs.stream import kafka_stream, run_stream
 from streamshift.sources.decode import decode
 from streamshift.sources.kafka import ensure_topic
@@ -119,6 +123,9 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--no-floors", action="store_true", help="skip the floor pipelines")
+    parser.add_argument(
+        "--no-serving", action="store_true", help="skip the serving query (streamshift serve)"
+    )
     args = parser.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
     print("[bench] starting Kafka", flush=True)
@@ -149,6 +156,10 @@ def main() -> int:
             steps = ", ".join(f"{k} {v:.1f}s" for k, v in result.seconds_by_step.items())
             print(f"[bench] batch {batch_id}: {result.received} events ({steps})", flush=True)
         print(f"[bench] pipeline: {run.describe()}", flush=True)
+        served = None
+        if not args.no_serving:
+            served = run_serve(spark, settings, flow, topic=topic, available_now=True, echo=False)
+            print(f"[bench] serving: {served.describe()}", flush=True)
 
         raw_rate, pipe_rate = n_raw / raw_s, run.totals.received / pipe_s
         print(
@@ -167,6 +178,12 @@ def main() -> int:
             f"{run.totals.batches} batches)"
         )
         print(f"ratio pipeline/raw:         {pipe_rate / raw_rate:.3f} (goal >= 0.5)")
+        if served is not None:
+            serve_rate = served.events / served.seconds
+            print(
+                f"serving (streamshift serve): {serve_rate:,.0f} events/s ({served.seconds:.1f} s, "
+                f"{served.batches} batches), {serve_rate / raw_rate:.3f} of raw"
+            )
         spark.stop()
     finally:
         broker.stop()
