@@ -378,9 +378,18 @@ def _cmd_stream(args: argparse.Namespace) -> int:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from streamshift.core.registry import get_flow
-    from streamshift.jobs.serve import additive_view, ensure_worker_python, run_serve
+    from streamshift.jobs.serve import (
+        additive_view,
+        check_checkpoint,
+        checkpoint_path,
+        ensure_worker_python,
+        run_serve,
+    )
 
-    additive_view(get_flow(args.flow), args.view)  # refuse before starting Spark
+    # refuse before starting Spark
+    flow = get_flow(args.flow)
+    view = additive_view(flow, args.view)
+    check_checkpoint(checkpoint_path(load_settings(), flow, view, args.engine), args.engine)
     ensure_worker_python()
     settings, spark, flow = _spark(args.flow)
     run = run_serve(

@@ -178,3 +178,33 @@ def test_serve_killed_at_random_points_then_stopped_by_sigterm_loses_and_doubles
     [status] = read_status(home)
     assert status.beat["state"] == "stopped" and processed_events(status.beat, topic) == len(rows)
     assert _served(kafka_settings, serving_topic(topic, "positions")) == _expected(spark, rows)
+
+
+def _state_metadata(checkpoint, operator: str) -> None:  # type: ignore[no-untyped-def]
+    """What Spark 4 writes for a checkpoint's state operator (state/0/_metadata/v2/<batch>)."""
+    path = checkpoint / "state" / "0" / "_metadata" / "v2" / "0"
+    path.parent.mkdir(parents=True)
+    info = {"operatorInfo": {"operatorId": 0, "operatorName": operator}, "stateStoreInfo": []}
+    path.write_text("v2\n" + json.dumps(info))
+
+
+def test_serve_refuses_a_checkpoint_of_the_other_engine_before_spark(tmp_path) -> None:
+    """A checkpoint the Python processor wrote where the JVM one's go (as before each engine
+    kept its own): refused with what to do, before Spark starts; its own engine's passes."""
+    from streamshift.jobs.serve import ServeError, check_checkpoint
+
+    checkpoint = tmp_path / "checkpoints" / "trades-serve-positions"
+    _state_metadata(checkpoint, "transformWithStateInPandasExec")
+    done = run_cli(tmp_path, "serve", "--flow", "trades", timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "holds the state of the python state processor" in done.stderr
+    assert f"--engine python after moving it to {checkpoint}-python" in done.stderr
+    assert "starting Spark" not in done.stderr
+    check_checkpoint(checkpoint, "python")  # its own engine: no error
+
+    jvm = tmp_path / "jvm"
+    _state_metadata(jvm, "transformWithStateExec")
+    check_checkpoint(jvm, "jvm")
+    check_checkpoint(tmp_path / "absent", "jvm")  # a new checkpoint
+    with pytest.raises(ServeError, match="serve with --engine jvm, or remove it"):
+        check_checkpoint(jvm, "python")

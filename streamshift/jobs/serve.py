@@ -26,6 +26,7 @@ list ``<flow>/serve-<view>`` with the stream jobs.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -375,6 +376,31 @@ def checkpoint_path(settings: Settings, flow: Flow, view: View, engine: str = "j
     return str(settings.checkpoints / f"{flow.name}-serve-{view.name}{suffix}")
 
 
+# The state operator each engine plans; a checkpoint records it (state/0/_metadata/v2/<batch>).
+OPERATORS = {"jvm": "transformWithStateExec", "python": "transformWithStateInPandasExec"}
+
+
+def check_checkpoint(path: str | Path, engine: str) -> None:
+    """Refuse a checkpoint whose state another engine wrote: Spark would fail on it mid-start
+    with a schema error. Checkpoints of the Python processor made before each engine kept its
+    own directory sit where the JVM one's go now."""
+    metadata = Path(path) / "state" / "0" / "_metadata"
+    names = set()
+    for entry in sorted(metadata.glob("v*/[0-9]*")) if metadata.is_dir() else []:
+        for line in entry.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                names.add(json.loads(line).get("operatorInfo", {}).get("operatorName"))
+    other = next((e for e, op in OPERATORS.items() if op in names and e != engine), None)
+    if other is None or OPERATORS[engine] in names:
+        return
+    raise ServeError(
+        f"the checkpoint {path} holds the state of the {other} state processor, not the "
+        f"{engine} one; serve with --engine {other}"
+        + (f" after moving it to {path}-{other}" if engine == "jvm" else "")
+        + ", or remove it to rebuild the view from what the topic still holds"
+    )
+
+
 def run_serve(
     spark: SparkSession,
     settings: Settings,
@@ -398,6 +424,7 @@ def run_serve(
     from streamshift.write.transforms import checked_changes
 
     view = additive_view(flow, view_name)
+    check_checkpoint(checkpoint_path(settings, flow, view, engine), engine)
     source_topic = topic or topic_for(flow)
     out_topic = serving_topic(source_topic, view.name)
     try:
