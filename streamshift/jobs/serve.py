@@ -3,7 +3,9 @@
 Beside the Delta write path, not instead of it: ``streamshift serve --flow F`` reads the flow's
 topic, runs the flow's own front (decode, parse, ``prepare``, rules — the transforms the write
 path runs), and keeps an additive view (:meth:`~streamshift.core.flow.View.additive`) in one
-``transformWithStateInPandas`` operator:
+stateful operator — by default ``transformWithState`` with the JVM processor
+``AdditiveViewState`` (``jvm/udf``), or with ``--engine python`` ``transformWithStateInPandas``
+with ``_processor`` below, the same logic in Spark's Python workers:
 
 * per key, the version it last applied and that version's group and measure inputs;
 * per group, the running sums (with their non-null counts) and the live row count.
