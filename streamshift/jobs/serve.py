@@ -426,7 +426,8 @@ def run_serve(
     from streamshift.write.transforms import checked_changes
 
     view = additive_view(flow, view_name)
-    check_checkpoint(checkpoint_path(settings, flow, view, engine), engine)
+    checkpoint = checkpoint_path(settings, flow, view, engine)
+    check_checkpoint(checkpoint, engine)
     source_topic = topic or topic_for(flow)
     out_topic = serving_topic(source_topic, view.name)
     try:
@@ -477,7 +478,7 @@ def run_serve(
         .observe("published", F.count(F.lit(1)).alias("groups"))
         .writeStream.queryName(f"{flow.name}-serve-{view.name}")
         .foreachBatch(publish)
-        .option("checkpointLocation", checkpoint_path(settings, flow, view, engine))
+        .option("checkpointLocation", checkpoint)
     )
     writer = (
         writer.trigger(availableNow=True)
@@ -496,8 +497,7 @@ def run_serve(
         print(
             f"[serve] {flow.name}.{view.name}: {source_topic} → {out_topic} "
             f"({'available-now' if available_now else 'trigger ' + trigger}; {engine} state "
-            "processor), checkpoint "
-            f"{checkpoint_path(settings, flow, view, engine)}",
+            f"processor), checkpoint {checkpoint}",
             file=sys.stderr,
             flush=True,
         )

@@ -220,10 +220,11 @@ public final class AdditiveViewState extends StatefulProcessor<Integer, Row, Row
       }
       if (unchanged) continue; // what left the group came back: nothing changed
       Row stored = groups.getValue(group);
-      Object[] totals = new Object[1 + 2 * nSums];
+      Object[] totals;
       if (stored != null) {
-        for (int i = 0; i < totals.length; i++) totals[i] = stored.get(i);
+        totals = values(stored, 0, 1 + 2 * nSums);
       } else {
+        totals = new Object[1 + 2 * nSums];
         totals[0] = 0L;
         for (int i = 0; i < nSums; i++) totals[2 + 2 * i] = 0L;
       }
