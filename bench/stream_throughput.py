@@ -17,6 +17,7 @@ and with the same ``maxOffsetsPerTrigger``:
 Prints events/s of each and the ratios (goal: pipeline >= 0.5 x raw).
 
 Run: .venv/bin/python bench/stream_throughput.py [--events N] [--no-floors] [--no-serving]
+     [--no-pipeline]   (STREAMSHIFT_KAFKA_MIN_PARTITIONS=n splits every read into >= n tasks)
 (starts its own Kafka broker on free ports; needs scripts/setup to have run)
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import sys
 import tempfile
 import time
@@ -36,6 +38,7 @@ from stream_latency import started_broker
 
 from flows.trades.generate import generate_day
 from streamshift.core.contract import MALFORMED
+from streamshift.core.heartbeat import progress_path
 from streamshift.core.registry import get_flow
 from streamshift.core.settings import load_settings
 from streamshift.jobs.serve import run_serve
@@ -126,6 +129,9 @@ def main() -> int:
     parser.add_argument(
         "--no-serving", action="store_true", help="skip the serving query (streamshift serve)"
     )
+    parser.add_argument(
+        "--no-pipeline", action="store_true", help="skip the Delta pipeline (streamshift stream)"
+    )
     args = parser.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
     print("[bench] starting Kafka", flush=True)
@@ -148,23 +154,35 @@ def main() -> int:
         for name, each in ({} if args.no_floors else floors(flow, work / "floors")).items():
             _, floor_s[name] = available_now(spark, settings, topic, work / f"cp-{name}", each)
             print(f"[bench] floor {name}: {floor_s[name]:.1f}s", flush=True)
-        run = run_stream(
-            spark, settings, flow, "stream", available_now=True, topic=topic, handle_signals=False
-        )
-        pipe_s = run.seconds
-        for batch_id, result in sorted(run.totals.last.items()):
-            steps = ", ".join(f"{k} {v:.1f}s" for k, v in result.seconds_by_step.items())
-            print(f"[bench] batch {batch_id}: {result.received} events ({steps})", flush=True)
-        print(f"[bench] pipeline: {run.describe()}", flush=True)
+        run = None
+        if not args.no_pipeline:
+            run = run_stream(
+                spark, settings, flow, "stream", available_now=True, topic=topic,
+                handle_signals=False,
+            )  # fmt: skip
+            for batch_id, result in sorted(run.totals.last.items()):
+                steps = ", ".join(f"{k} {v:.1f}s" for k, v in result.seconds_by_step.items())
+                print(f"[bench] batch {batch_id}: {result.received} events ({steps})", flush=True)
+            print(f"[bench] pipeline: {run.describe()}", flush=True)
         served = None
         if not args.no_serving:
             served = run_serve(spark, settings, flow, topic=topic, available_now=True, echo=False)
+            log = progress_path(settings.home, flow.name, f"serve-{flow.views[0].name}")
+            for line in log.read_text().splitlines():
+                batch = json.loads(line)
+                steps = ", ".join(f"{k} {v:.1f}s" for k, v in batch["seconds_by_step"].items())
+                print(
+                    f"[bench] serving batch {batch['batch_id']}: {batch['input_rows']} events in "
+                    f"{batch['duration_ms'] / 1000:.1f}s ({steps})",
+                    flush=True,
+                )
             print(f"[bench] serving: {served.describe()}", flush=True)
 
-        raw_rate, pipe_rate = n_raw / raw_s, run.totals.received / pipe_s
+        raw_rate = n_raw / raw_s
         print(
             f"\nevents in the topic:        {len(rows)} ({settings.kafka_topic_partitions} partitions, "
-            f"maxOffsetsPerTrigger {settings.max_offsets_per_trigger})"
+            f"maxOffsetsPerTrigger {settings.max_offsets_per_trigger}, "
+            f"minPartitions {settings.kafka_min_partitions or 'not set'})"
         )
         print(f"raw Kafka read (count):     {raw_rate:,.0f} events/s ({raw_s:.1f} s)")
         for name, seconds in floor_s.items():
@@ -173,11 +191,13 @@ def main() -> int:
                 f"floor {name + ':':21s}{rate:,.0f} events/s ({seconds:.1f} s), "
                 f"{rate / raw_rate:.3f} of raw"
             )
-        print(
-            f"full pipeline:              {pipe_rate:,.0f} events/s ({pipe_s:.1f} s, "
-            f"{run.totals.batches} batches)"
-        )
-        print(f"ratio pipeline/raw:         {pipe_rate / raw_rate:.3f} (goal >= 0.5)")
+        if run is not None:
+            pipe_rate = run.totals.received / run.seconds
+            print(
+                f"full pipeline:              {pipe_rate:,.0f} events/s ({run.seconds:.1f} s, "
+                f"{run.totals.batches} batches)"
+            )
+            print(f"ratio pipeline/raw:         {pipe_rate / raw_rate:.3f} (goal >= 0.5)")
         if served is not None:
             serve_rate = served.events / served.seconds
             print(
