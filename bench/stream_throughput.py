@@ -17,7 +17,7 @@ and with the same ``maxOffsetsPerTrigger``:
 Prints events/s of each and the ratios (goal: pipeline >= 0.5 x raw).
 
 Run: .venv/bin/python bench/stream_throughput.py [--events N] [--no-floors] [--no-serving]
-     [--no-pipeline]   (STREAMSHIFT_KAFKA_MIN_PARTITIONS=n splits every read into >= n tasks)
+     [--no-pipeline]
 (starts its own Kafka broker on free ports; needs scripts/setup to have run)
 """
 
@@ -181,8 +181,7 @@ def main() -> int:
         raw_rate = n_raw / raw_s
         print(
             f"\nevents in the topic:        {len(rows)} ({settings.kafka_topic_partitions} partitions, "
-            f"maxOffsetsPerTrigger {settings.max_offsets_per_trigger}, "
-            f"minPartitions {settings.kafka_min_partitions or 'not set'})"
+            f"maxOffsetsPerTrigger {settings.max_offsets_per_trigger})"
         )
         print(f"raw Kafka read (count):     {raw_rate:,.0f} events/s ({raw_s:.1f} s)")
         for name, seconds in floor_s.items():

@@ -130,9 +130,6 @@ class Settings:
     max_offsets_per_trigger: int = _setting(
         200_000, _positive_int, "maxOffsetsPerTrigger of streaming jobs"
     )
-    kafka_min_partitions: int = _setting(
-        0, _non_negative_int, "minPartitions of streaming reads (0: a task per topic partition)"
-    )
     promotion_window: int = _setting(
         5, _positive_int, "clean reconciled business dates needed to promote to stream"
     )

@@ -2,16 +2,13 @@
 
 Beside the Delta write path, not instead of it: ``streamshift serve --flow F`` reads the flow's
 topic, runs the flow's own front (decode, parse, ``prepare``, rules — the transforms the write
-path runs), and keeps an additive view (:meth:`~streamshift.core.flow.View.additive`) in Spark's
-state store. By default two chained ``transformWithState`` operators with the JVM processors of
-``AdditiveViewState`` (``jvm/udf``) keep it, spread over the state partitions (one per core):
+path runs), and keeps an additive view (:meth:`~streamshift.core.flow.View.additive`) in one
+stateful operator — by default ``transformWithState`` with the JVM processor
+``AdditiveViewState`` (``jvm/udf``), or with ``--engine python`` ``transformWithStateInPandas``
+with ``_processor`` below, the same logic in Spark's Python workers:
 
-* per key, in the key's partition: the version it last applied and that version's group and
-  measure inputs; each partition emits its net movement per group;
-* per group: the running sums (with their non-null counts) and the live row count.
-
-With ``--engine python``, ``transformWithStateInPandas`` with ``_processor`` below keeps both in
-one state key in Spark's Python workers: the same logic, the readable reference.
+* per key, the version it last applied and that version's group and measure inputs;
+* per group, the running sums (with their non-null counts) and the live row count.
 
 A new version moves its old contribution out of the old group and its new one into the new
 group (the current-state MERGE's rule: only a higher version replaces a stored one). Each
@@ -247,17 +244,14 @@ ENGINES = ("jvm", "python")
 JVM_PROCESSOR = "dev.streamshift.AdditiveViewState"  # jvm/udf, built by scripts/setup
 
 
-def view_changes(
-    flow: Flow, view: View, accepted: DataFrame, engine: str = "jvm", partitions: int = 1
-) -> DataFrame:
+def view_changes(flow: Flow, view: View, accepted: DataFrame, engine: str = "jvm") -> DataFrame:
     """Per micro-batch, the view's rows for the groups it changed (``live_rows`` 0 = emptied).
 
     ``accepted`` is the flow's accepted changes (``checked_changes`` without failed rules).
     ``engine`` runs the state processor in the JVM (``jvm/udf``'s ``AdditiveViewState``: state
-    reads and writes are in-process RocksDB calls, the rows' state over ``partitions`` state
-    partitions — the query's shuffle partitions, fixed by its checkpoint) or in Python workers
-    (``_processor``, through ``transformWithStateInPandas``, one state key: a socket round trip
-    per state call). Both publish the same rows; their checkpoints are not interchangeable.
+    reads and writes are in-process RocksDB calls) or in Python workers (``_processor``, through
+    ``transformWithStateInPandas``: a socket round trip per state call). Both keep the same
+    state and publish the same rows; their checkpoints are not interchangeable.
     """
     from pyspark.sql import functions as F
 
@@ -276,7 +270,7 @@ def view_changes(
         *inputs,
     )
     if engine == "jvm":
-        return _jvm_view_changes(frame, spec, partitions)
+        return _jvm_view_changes(frame, spec)
     # One state key: a CANCEL may carry no group, so a row must be found by its key alone and
     # its group's totals updated in the same call.
     return (
@@ -291,7 +285,7 @@ def view_changes(
     )
 
 
-def _jvm_view_changes(frame: DataFrame, spec: dict[str, Any], partitions: int) -> DataFrame:
+def _jvm_view_changes(frame: DataFrame, spec: dict[str, Any]) -> DataFrame:
     from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
     spark = frame.sparkSession
@@ -309,7 +303,6 @@ def _jvm_view_changes(frame: DataFrame, spec: dict[str, Any], partitions: int) -
             spec["totals_ddl"],
             spec["output_ddl"],
             measures,
-            partitions,
         )
     except TypeError as e:  # py4j's JavaPackage: the class is not on the classpath
         raise ServeError(
@@ -385,61 +378,29 @@ def checkpoint_path(settings: Settings, flow: Flow, view: View, engine: str = "j
     return str(settings.checkpoints / f"{flow.name}-serve-{view.name}{suffix}")
 
 
-# The state operator each engine plans; a checkpoint records it (state/<id>/_metadata/v2/<batch>).
+# The state operator each engine plans; a checkpoint records it (state/0/_metadata/v2/<batch>).
 OPERATORS = {"jvm": "transformWithStateExec", "python": "transformWithStateInPandasExec"}
 
 
-def _state_operators(path: Path) -> dict[int, str]:
-    """The checkpoint's state operators by id, as its state metadata records them."""
-    found = {}
-    for entry in sorted(path.glob("state/*/_metadata/v*/[0-9]*")):
+def check_checkpoint(path: str | Path, engine: str) -> None:
+    """Refuse a checkpoint whose state another engine wrote: Spark would fail on it mid-start
+    with a schema error. Checkpoints of the Python processor made before each engine kept its
+    own directory sit where the JVM one's go now."""
+    metadata = Path(path) / "state" / "0" / "_metadata"
+    names = set()
+    for entry in sorted(metadata.glob("v*/[0-9]*")) if metadata.is_dir() else []:
         for line in entry.read_text(errors="replace").splitlines():
             if line.startswith("{"):
-                info = json.loads(line).get("operatorInfo", {})
-                found[int(info.get("operatorId", entry.parts[-4]))] = info.get("operatorName")
-    return found
-
-
-def check_checkpoint(path: str | Path, engine: str) -> None:
-    """Refuse a checkpoint whose state another engine, or another layout, wrote: Spark would
-    fail on it mid-start with a schema error. Checkpoints of the Python processor made before
-    each engine kept its own directory sit where the JVM one's go now, and so do those of the
-    JVM processor before it spread its state over two chained operators."""
-    operators = _state_operators(Path(path))
-    names = set(operators.values())
+                names.add(json.loads(line).get("operatorInfo", {}).get("operatorName"))
     other = next((e for e, op in OPERATORS.items() if op in names and e != engine), None)
-    if other is not None and OPERATORS[engine] not in names:
-        raise ServeError(
-            f"the checkpoint {path} holds the state of the {other} state processor, not the "
-            f"{engine} one; serve with --engine {other}"
-            + (f" after moving it to {path}-{other}" if engine == "jvm" else "")
-            + ", or remove it to rebuild the view from what the topic still holds"
-        )
-    committed = (Path(path) / "commits" / "0").exists()  # every operator's metadata written
-    if engine == "jvm" and committed and len(operators) == 1:
-        raise ServeError(
-            f"the checkpoint {path} holds the view's state in one operator, as the JVM state "
-            "processor of an earlier streamshift kept it; this one spreads it over two chained "
-            "operators, which cannot take that state over. Remove the checkpoint to rebuild the "
-            "view from what the topic still holds (check the topic's retention first), or serve "
-            "with the streamshift that wrote it"
-        )
-
-
-def state_partitions(spark: SparkSession, checkpoint: str | Path) -> int:
-    """The state partitions of the serving query: what its checkpoint recorded (Spark restores
-    the shuffle partitions from it), else one per core Spark has."""
-    offsets = Path(checkpoint) / "offsets"
-    batches = sorted(
-        (int(p.name) for p in offsets.glob("[0-9]*") if p.name.isdigit()), reverse=True
+    if other is None or OPERATORS[engine] in names:
+        return
+    raise ServeError(
+        f"the checkpoint {path} holds the state of the {other} state processor, not the "
+        f"{engine} one; serve with --engine {other}"
+        + (f" after moving it to {path}-{other}" if engine == "jvm" else "")
+        + ", or remove it to rebuild the view from what the topic still holds"
     )
-    for batch in batches[:1]:
-        for line in (offsets / str(batch)).read_text(errors="replace").splitlines():
-            if line.startswith("{") and "conf" in line:
-                recorded = json.loads(line)["conf"].get("spark.sql.shuffle.partitions")
-                if recorded:
-                    return int(recorded)
-    return max(1, int(spark.sparkContext.defaultParallelism))
 
 
 def run_serve(
@@ -477,14 +438,12 @@ def run_serve(
             f"cannot reach Kafka at {settings.kafka_bootstrap_servers} ({exc.args[0]}); start "
             "the local broker with `streamshift kafka start`"
         ) from None
-    # The state store: RocksDB; the JVM engine's over one partition per core, the Python one's
-    # in one partition (one state key). Fixed by the checkpoint's first batch; set for the
-    # query's start and restored after, so a shared session keeps its own.
-    partitions = state_partitions(spark, checkpoint) if engine == "jvm" else 1
+    # The state store: RocksDB, one partition (one state key). Fixed by the checkpoint's first
+    # batch; set for the query's start and restored after, so a shared session keeps its own.
     conf = {
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-        "spark.sql.shuffle.partitions": str(partitions),
+        "spark.sql.shuffle.partitions": "1",
     }
     saved = {k: spark.conf.get(k, None) for k in conf}
     run = ServeRun(topic=out_topic)
@@ -514,7 +473,7 @@ def run_serve(
     raw = kafka.transform(decode(flow)).drop(*TRANSPORT_COLUMNS)
     accepted = checked_changes(flow, raw, load_reference(spark, flow)).where(F.size(FAILED) == 0)
     writer = (
-        view_changes(flow, view, accepted, engine, partitions)
+        view_changes(flow, view, accepted, engine)
         # counted in the same pass as the publish (the progress's observed metrics)
         .observe("published", F.count(F.lit(1)).alias("groups"))
         .writeStream.queryName(f"{flow.name}-serve-{view.name}")
@@ -538,8 +497,7 @@ def run_serve(
         print(
             f"[serve] {flow.name}.{view.name}: {source_topic} → {out_topic} "
             f"({'available-now' if available_now else 'trigger ' + trigger}; {engine} state "
-            f"processor, {partitions} state partition{'s' if partitions > 1 else ''}), "
-            f"checkpoint {checkpoint}",
+            f"processor), checkpoint {checkpoint}",
             file=sys.stderr,
             flush=True,
         )

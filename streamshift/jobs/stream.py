@@ -384,17 +384,15 @@ FETCH_MAX_WAIT_MS = 10
 
 def kafka_stream(spark: SparkSession, settings: Settings, topic: str) -> DataFrame:
     """The streaming read of ``topic`` every streaming query here uses (and the benches' floor)."""
-    reader = (
+    return (
         spark.readStream.format("kafka")
         .options(**settings.spark_kafka_options())
         .option("kafka.fetch.max.wait.ms", str(FETCH_MAX_WAIT_MS))
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+        .load()
     )
-    if settings.kafka_min_partitions:
-        reader = reader.option("minPartitions", str(settings.kafka_min_partitions))
-    return reader.load()
 
 
 def run_stream(
