@@ -68,9 +68,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 _STACK = pytest.StashKey[object]()
 
 
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
     """Stop the Airflow stack once no further test of this process needs it (its four
-    processes otherwise take a share of the two cores for the rest of the run)."""
+    processes otherwise take a share of the two cores for the rest of the run) — after the
+    test's own finalizers, which may still talk to it."""
+    yield
     if _uses_stack(item) and not _uses_stack(nextitem):
         stack = item.config.stash.get(_STACK, None)
         if stack is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -215,3 +217,35 @@ def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stac
     for day, day_files in landed.items():
         loaded = positions(spark, settings.warehouse, day)
         assert loaded and loaded == expected_positions(spark, day_files.eod)
+
+    # The scheduler killed -9 (as Airflow's own unhandled errors end it): the stack restarts
+    # it, and a run triggered afterwards is scheduled to its end.
+    stack = LocalAirflow(settings)
+    loop = stack.status().running["scheduler"]
+    assert loop is not None
+    killed = _scheduler_process(loop)
+    os.kill(killed, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and _scheduler_process(loop) in (None, killed):
+        time.sleep(1)
+    assert _scheduler_process(loop) not in (None, killed)
+    log = (settings.airflow_home / "logs" / "scheduler.log").read_text(errors="replace")
+    assert "[streamshift] airflow scheduler exited with code 137; restarting it" in log
+    client.trigger(
+        "eod_trades", {"business_date": str(REST_DAY), "file": "outside.csv"}, run_id="restarted"
+    )
+    run = client.wait_for_run("eod_trades", "restarted", timeout=300, progress=False)
+    assert run["state"] == "failed"  # the symlink out of the landing folder, refused again
+    assert client.task_states("eod_trades", "restarted")["resolve_inputs"] == "failed"
+
+
+def _scheduler_process(loop: int) -> int | None:
+    """The scheduler process the stack's restart loop (``loop``) runs now."""
+    try:
+        children = Path(f"/proc/{loop}/task/{loop}/children").read_text().split()
+        for child in children:
+            if b"scheduler" in Path(f"/proc/{child}/cmdline").read_bytes():
+                return int(child)
+    except OSError:
+        pass
+    return None  # restarting (the loop's sleep), or gone

@@ -45,6 +45,18 @@ COMMANDS = {
     "triggerer": ["triggerer", "--skip-serve-logs"],
 }
 COMPONENTS = tuple(COMMANDS)
+# Restarted when they exit after running a while, as a service manager would: the scheduler
+# exits on errors it does not handle (Airflow 3.3's scheduler loop died on a DagRun row that
+# vanished under it while `backfill create` retried a locked SQLite write), and a stack without
+# a scheduler leaves every run queued forever. One that exits within RESTART_AFTER seconds of
+# starting is not restarted: a broken configuration fails `streamshift airflow up` at once.
+RESTARTED = ("scheduler", "dag-processor", "triggerer")
+RESTART_AFTER = 30
+_SUPERVISE = (
+    'while :; do started=$(date +%s); "$@"; code=$?; '
+    "if [ $(( $(date +%s) - started )) -lt {after} ]; then exit $code; fi; "
+    'echo "[streamshift] airflow $0 exited with code $code; restarting it" >&2; sleep 2; done'
+)
 USER = "admin"
 VIEWER = "viewer"  # read-only: sees the DAGs and the Migration page, cannot trigger or promote
 USERS = {USER: "admin", VIEWER: "viewer"}  # user -> SimpleAuthManager role
@@ -58,6 +70,15 @@ SQLITE_CONNECT_ARGS = {"timeout": 60}
 
 class AirflowError(StreamshiftError):
     """The local Airflow could not be started, reached or used."""
+
+
+def _command(component: str) -> list[str]:
+    """How a component is started: under a restart loop for those in ``RESTARTED``. Its
+    process group is the stack's handle on it: ``down`` signals the loop and the component."""
+    argv = [str(_venv_bin() / "airflow"), *COMMANDS[component]]
+    if component not in RESTARTED:
+        return argv
+    return ["/bin/sh", "-c", _SUPERVISE.replace("{after}", str(RESTART_AFTER)), component, *argv]
 
 
 def _venv_bin() -> Path:
@@ -256,7 +277,7 @@ class LocalAirflow:
             say(f"starting {component} (log: {logs / (component + '.log')})")
             with open(logs / f"{component}.log", "ab") as out:
                 proc = subprocess.Popen(
-                    [str(_venv_bin() / "airflow"), *COMMANDS[component]],
+                    _command(component),
                     env=self.env(),
                     stdout=out,
                     stderr=subprocess.STDOUT,
