@@ -13,7 +13,12 @@ of all its columns) and timed; medians per variant and µs per event are printed
 * ``decode-expr``: the same decode with the JSON checks as Spark expressions (its reference);
 * ``from_json``: Spark's ``from_json`` with an all-string schema (what the issue quotes).
 
-Run: .venv/bin/python bench/decode_cost.py [--events N] [--rounds 3]
+With ``--front``, also the rest of ``serve``'s first stage, cumulatively after ``decode``:
+``+parse`` (trim, ``try_cast`` to the schema), ``+prepare`` (the flow's reference joins),
+``+rules`` (``checked_changes``: every rule, the deletion flag) and ``+serve-input`` (the
+accepted rows, projected to what the state processor reads).
+
+Run: .venv/bin/python bench/decode_cost.py [--events N] [--rounds 3] [--front]
 """
 
 from __future__ import annotations
@@ -44,10 +49,37 @@ from streamshift.spark import get_spark
 DAY = dt.date(2026, 11, 20)
 
 
+def front_variants(spark, flow) -> dict[str, Callable[[DataFrame], DataFrame]]:  # type: ignore[no-untyped-def]
+    """``serve``'s first stage after the decode, cumulatively (``run_serve`` wires the same)."""
+    from streamshift.core.contract import FAILED, IS_DELETED, SOURCE_REF
+    from streamshift.sources.events import TRANSPORT_COLUMNS
+    from streamshift.write.target import load_reference
+    from streamshift.write.transforms import checked_changes, parse
+
+    reference = load_reference(spark, flow)
+    view = flow.views[0]
+    inputs = [flow.key, flow.version, SOURCE_REF, IS_DELETED, *view.group_key]
+    inputs += [m.column for m in view.measures if m.column is not None]
+
+    def raw(df: DataFrame) -> DataFrame:
+        return df.transform(decode(flow)).drop(*TRANSPORT_COLUMNS)
+
+    def checked(df: DataFrame) -> DataFrame:
+        return checked_changes(flow, raw(df), reference)
+
+    return {
+        "+parse": lambda df: raw(df).transform(parse(flow)),
+        "+prepare": lambda df: flow.prepare(raw(df).transform(parse(flow)), reference),
+        "+rules": checked,
+        "+serve-input": lambda df: checked(df).where(F.size(FAILED) == 0).select(*inputs),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--front", action="store_true", help="also serve's front, by stage")
     args = parser.parse_args()
     flow = get_flow("trades")
     work = Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
@@ -77,6 +109,8 @@ def main() -> int:
         "decode-expr": decode(flow, reference=True),
         "from_json": lambda df: df.select(F.from_json(text, strings).alias("r")).select("r.*"),
     }
+    if args.front:
+        variants.update(front_variants(spark, flow))
     seconds: dict[str, list[float]] = {name: [] for name in variants}
     for round_ in range(args.rounds + 1):  # round 0 warms the JIT up and is not counted
         for name, transform in variants.items():
