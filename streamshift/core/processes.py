@@ -35,6 +35,29 @@ def pid_alive(pid: int) -> bool:
     return state != "Z"
 
 
+def group_alive(pgid: int) -> bool:
+    """Whether any live (not zombie) process is left in process group ``pgid``: its leader may
+    be gone while children that ignore SIGTERM live on."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # exited while we looked
+        state, _ppid, group = text[text.rindex(")") + 2 :].split()[:3]
+        if state != "Z" and int(group) == pgid:
+            return True
+    return False
+
+
 def lower_priority(niceness: int) -> int:
     """Raise this process's niceness to at least ``niceness`` (never lowers it; children
     started afterwards, such as the Spark JVM, inherit it); the niceness now."""

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from streamshift.core.errors import StreamshiftError
-from streamshift.core.processes import pid_alive, port_open
+from streamshift.core.processes import group_alive, pid_alive, port_open
 from streamshift.core.settings import REPO_ROOT, Settings, as_env, env_name
 
 # Each component's command. The scheduler and triggerer would also serve task logs on all
@@ -306,25 +306,26 @@ class LocalAirflow:
         )
 
     def down(self, timeout: float = 60) -> bool:
-        """Stop every component (SIGTERM to its process group, SIGKILL after ``timeout``)."""
-        pids = self._pids()
-        alive = [p for p in pids.values() if pid_alive(p)]
-        for pid in alive:
+        """Stop every component (SIGTERM to its process group, SIGKILL after ``timeout`` to
+        whatever is left in it). A group can outlive its leader: the LocalExecutor's workers of
+        a scheduler killed -9 (and restarted) ignore SIGTERM and would idle on forever."""
+        groups = [p for p in self._pids().values() if group_alive(p)]
+        for pgid in groups:
             try:
-                os.killpg(pid, signal.SIGTERM)
+                os.killpg(pgid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + timeout
-        while any(pid_alive(p) for p in alive) and time.monotonic() < deadline:
+        while any(group_alive(g) for g in groups) and time.monotonic() < deadline:
             time.sleep(0.5)
-        for pid in alive:
-            if pid_alive(pid):
+        for pgid in groups:
+            if group_alive(pgid):
                 try:
-                    os.killpg(pid, signal.SIGKILL)
+                    os.killpg(pgid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
         self.pid_file.unlink(missing_ok=True)
-        return bool(alive)
+        return bool(groups)
 
     # ---- the REST API (token auth) ---------------------------------------------------------
     def client(self, user: str = USER) -> AirflowClient:
