@@ -78,7 +78,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):  #
         stack = item.config.stash.get(_STACK, None)
         if stack is not None:
             del item.config.stash[_STACK]
-            stack.down()  # type: ignore[attr-defined]
+            stack.down(timeout=20)  # type: ignore[attr-defined]  # then SIGKILL what is left
 
 
 @pytest.fixture(params=flow_names())
