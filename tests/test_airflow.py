@@ -16,7 +16,7 @@ import pytest
 
 from flows.trades import FLOW
 from streamshift.core.catalog import LayerTables
-from streamshift.core.processes import group_alive
+from streamshift.core.processes import group_alive, group_members
 from streamshift.core.registry import flow_names
 from streamshift.core.settings import REPO_ROOT, load_settings
 from streamshift.local.airflow import AirflowApiError, LocalAirflow
@@ -63,28 +63,14 @@ def test_down_stops_a_component_group_that_outlives_its_leader(tmp_path: Path) -
         start_new_session=True,
     )
     deadline = time.monotonic() + 10
-    while len(_group(leader.pid)) < 2 and time.monotonic() < deadline:
+    while len(group_members(leader.pid)) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert len(_group(leader.pid)) == 2  # the leader and the worker that ignores SIGTERM
+    assert len(group_members(leader.pid)) == 2  # the leader and the worker that ignores SIGTERM
     stack.pid_file.write_text(json.dumps({"scheduler": leader.pid}))
     assert stack.down(timeout=2)
     leader.wait(timeout=5)
-    assert _group(leader.pid) == [] and not group_alive(leader.pid)
+    assert group_members(leader.pid) == [] and not group_alive(leader.pid)
     assert not stack.pid_file.exists()
-
-
-def _group(pgid: int) -> list[int]:
-    """Live processes of process group ``pgid``."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        state, _, group = text[text.rindex(")") + 2 :].split()[:3]
-        if state != "Z" and int(group) == pgid:
-            found.append(int(stat.parent.name))
-    return found
 
 
 def test_dag_integrity(tmp_path: Path) -> None:

@@ -35,27 +35,32 @@ def pid_alive(pid: int) -> bool:
     return state != "Z"
 
 
-def group_alive(pgid: int) -> bool:
-    """Whether any live (not zombie) process is left in process group ``pgid``: its leader may
-    be gone while children that ignore SIGTERM live on."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    for stat in proc.glob("[0-9]*/stat"):
+def group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid`` (Linux: from ``/proc``). A
+    group can outlive its leader: children that ignore SIGTERM live on."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             text = stat.read_text()
         except OSError:
             continue  # exited while we looked
         state, _ppid, group = text[text.rindex(")") + 2 :].split()[:3]
         if state != "Z" and int(group) == pgid:
-            return True
-    return False
+            members.append(int(stat.parent.name))
+    return members
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether process group ``pgid`` has a live process left."""
+    if Path("/proc").is_dir():
+        return bool(group_members(pgid))
+    try:
+        os.killpg(pgid, 0)  # no /proc: a zombie leader counts as alive here
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def lower_priority(niceness: int) -> int:
