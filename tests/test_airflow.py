@@ -52,7 +52,6 @@ print(json.dumps({
 """
 
 
-@pytest.mark.airflow
 def test_down_stops_a_component_group_that_outlives_its_leader(tmp_path: Path) -> None:
     """A scheduler killed -9 (then restarted) leaves its LocalExecutor workers in the
     component's process group, where they shrug off SIGTERM: ``down`` still stops them."""
@@ -73,6 +72,7 @@ def test_down_stops_a_component_group_that_outlives_its_leader(tmp_path: Path) -
     assert not stack.pid_file.exists()
 
 
+@pytest.mark.airflow
 def test_dag_integrity(tmp_path: Path) -> None:
     settings = load_settings({}, home=tmp_path)
     done = subprocess.run(
