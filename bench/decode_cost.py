@@ -64,12 +64,15 @@ def front_variants(spark, flow) -> dict[str, Callable[[DataFrame], DataFrame]]: 
     def raw(df: DataFrame) -> DataFrame:
         return df.transform(decode(flow)).drop(*TRANSPORT_COLUMNS)
 
+    def parsed(df: DataFrame) -> DataFrame:
+        return raw(df).transform(parse(flow))
+
     def checked(df: DataFrame) -> DataFrame:
         return checked_changes(flow, raw(df), reference)
 
     return {
-        "+parse": lambda df: raw(df).transform(parse(flow)),
-        "+prepare": lambda df: flow.prepare(raw(df).transform(parse(flow)), reference),
+        "+parse": parsed,
+        "+prepare": lambda df: flow.prepare(parsed(df), reference),
         "+rules": checked,
         "+serve-input": lambda df: checked(df).where(F.size(FAILED) == 0).select(*inputs),
     }

@@ -54,7 +54,7 @@ RESTARTED = ("scheduler", "dag-processor", "triggerer")
 RESTART_AFTER = 30
 _SUPERVISE = (
     'while :; do started=$(date +%s); "$@"; code=$?; '
-    "if [ $(( $(date +%s) - started )) -lt {after} ]; then exit $code; fi; "
+    f"if [ $(( $(date +%s) - started )) -lt {RESTART_AFTER} ]; then exit $code; fi; "
     'echo "[streamshift] airflow $0 exited with code $code; restarting it" >&2; sleep 2; done'
 )
 USER = "admin"
@@ -78,7 +78,7 @@ def _command(component: str) -> list[str]:
     argv = [str(_venv_bin() / "airflow"), *COMMANDS[component]]
     if component not in RESTARTED:
         return argv
-    return ["/bin/sh", "-c", _SUPERVISE.replace("{after}", str(RESTART_AFTER)), component, *argv]
+    return ["/bin/sh", "-c", _SUPERVISE, component, *argv]
 
 
 def _venv_bin() -> Path:
