@@ -30,6 +30,7 @@ from tests.cli_support import run_cli
 DAG_TEST_DAY = dt.date(2026, 11, 2)
 REST_DAY = dt.date(2026, 11, 3)
 BACKFILL_DAYS = [dt.date(2026, 11, 4), dt.date(2026, 11, 5)]
+RESTART_DAY = dt.date(2026, 11, 6)
 
 INTEGRITY = """
 import json, sys, time
@@ -146,7 +147,8 @@ def test_dag_test_loads_the_day_and_a_second_run_changes_no_table(
 @pytest.mark.slow
 def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stack, request) -> None:  # type: ignore[no-untyped-def]
     """A run triggered over the REST API as the UI does, and a two-date backfill created
-    with ``streamshift airflow cli`` while it runs: their Spark jobs share the pool."""
+    with ``streamshift airflow cli`` while it runs: their Spark jobs share the pool. Then the
+    scheduler killed -9 during a run's load: restarted, it schedules the run to its end."""
     settings, client = airflow_stack
     files = land_day(settings, REST_DAY)
     land_external(settings, files, REST_DAY)
@@ -239,8 +241,20 @@ def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stac
         loaded = positions(spark, settings.warehouse, day)
         assert loaded and loaded == expected_positions(spark, day_files.eod)
 
-    # The scheduler killed -9 (as Airflow's own unhandled errors end it): the stack restarts
-    # it, and a run triggered afterwards is scheduled to its end.
+    # The scheduler killed -9 (as Airflow's own unhandled errors end it) while a run's Spark
+    # load is running: the stack restarts it, and the run is scheduled to its end, with the
+    # day's positions right (the load, if Airflow resets and retries it, is idempotent).
+    restart_files = land_day(settings, RESTART_DAY)
+    client.trigger("eod_trades", {"business_date": str(RESTART_DAY)}, run_id="restarted")
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        states = client.task_states("eod_trades", "restarted")
+        if states.get("load_eod_file") == "running" or client.run("eod_trades", "restarted")[
+            "state"
+        ] in ("success", "failed"):
+            break
+        time.sleep(1)
+    assert states.get("load_eod_file") == "running", states
     stack = LocalAirflow(settings)
     loop = stack.status().running["scheduler"]
     assert loop is not None
@@ -252,12 +266,11 @@ def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stac
     assert _scheduler_process(loop) not in (None, killed)
     log = (settings.airflow_home / "logs" / "scheduler.log").read_text(errors="replace")
     assert "[streamshift] airflow scheduler exited with code 137; restarting it" in log
-    client.trigger(
-        "eod_trades", {"business_date": str(REST_DAY), "file": "outside.csv"}, run_id="restarted"
-    )
-    run = client.wait_for_run("eod_trades", "restarted", timeout=300, progress=False)
-    assert run["state"] == "failed"  # the symlink out of the landing folder, refused again
-    assert client.task_states("eod_trades", "restarted")["resolve_inputs"] == "failed"
+    run = client.wait_for_run("eod_trades", "restarted", timeout=1200)
+    states = client.task_states("eod_trades", "restarted")
+    assert run["state"] == "success", states
+    loaded = positions(spark, settings.warehouse, RESTART_DAY)
+    assert loaded and loaded == expected_positions(spark, restart_files.eod)
 
 
 def _scheduler_process(loop: int) -> int | None:
