@@ -13,6 +13,7 @@ from flows.trades import FLOW
 from streamshift.control.compare import compare
 from streamshift.control.recon import ReconResult, record
 from streamshift.control.stages import PromotionRefused, promote
+from streamshift.core.formatting import cell
 from streamshift.read.control import current_stage, stage_history
 
 pytestmark = [pytest.mark.spark]
@@ -66,7 +67,7 @@ def test_each_break_kind_and_tolerances_on_both_sides_of_the_limit(spark) -> Non
             r["column"],
             r["left_value"],
             r["right_value"],
-            None if r["difference"] is None else round(r["difference"], 6),
+            r["difference"],  # exact for decimals: no binary noise to round away
         )
         for r in compare(left, right, KEY, COLUMNS, TOL).collect()
     }
@@ -91,6 +92,18 @@ def test_each_break_kind_and_tolerances_on_both_sides_of_the_limit(spark) -> Non
         ("value_mismatch", _k("OVER_LIMIT"), "net_notional_usd", "100.00", "99.98", -0.02),
         ("value_mismatch", _k("NULLS"), "net_notional_usd", None, "1.00", None),
     }
+
+
+def test_tables_show_values_without_binary_noise() -> None:
+    """How the report and the Migration page show a break's cells."""
+    assert [cell(v) for v in (None, 1400.0, -1294.2, -0.020000000000010232, "EQ-US", 7)] == [
+        "",
+        "1400",
+        "-1294.2",
+        "-0.02",  # a difference stored as two doubles' difference, before they were exact
+        "EQ-US",
+        "7",
+    ]
 
 
 def _record_parity(spark, settings, day: dt.date, breaks: int) -> None:  # type: ignore[no-untyped-def]

@@ -58,6 +58,17 @@ def compare(
             )
         return ~lv.eqNullSafe(rv)
 
+    def difference(c: str) -> Column:
+        """right - left; for decimals and integers taken exactly, then stored as the nearest
+        double (-453359.38 - -452065.18 is -1294.2, not the -1294.2000000000116 of two doubles)."""
+        lv, rv = F.col(f"_l.{c}"), F.col(f"_r.{c}")
+        as_doubles = rv.cast("double") - lv.cast("double")
+        if c in exact:  # (as doubles only where the exact difference would overflow)
+            return F.coalesce(F.try_subtract(rv, lv).cast("double"), as_doubles)
+        if c in numeric:
+            return as_doubles
+        return F.lit(None).cast("double")
+
     cells = [
         F.when(
             differs(c),
@@ -65,11 +76,7 @@ def compare(
                 F.lit(c).alias("column"),
                 F.col(f"_l.{c}").cast("string").alias("left_value"),
                 F.col(f"_r.{c}").cast("string").alias("right_value"),
-                (
-                    (F.col(f"_r.{c}").cast("double") - F.col(f"_l.{c}").cast("double"))
-                    if c in numeric
-                    else F.lit(None).cast("double")
-                ).alias("difference"),
+                difference(c).alias("difference"),
             ),
         )
         for c in columns

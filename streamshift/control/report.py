@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streamshift.core.catalog import KINDS, LAYERS
+from streamshift.core.formatting import cell
 from streamshift.core.heartbeat import progress_path, read_progress
 from streamshift.quality.project import counts_by_verdict
 from streamshift.read.control import (
@@ -196,11 +197,7 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
         return "<p class='none'>none</p>"
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join(
-        "<tr>"
-        + "".join(
-            f"<td>{html.escape('' if r.get(c) is None else str(r.get(c)))}</td>" for c in columns
-        )
-        + "</tr>"
+        "<tr>" + "".join(f"<td>{html.escape(cell(r.get(c)))}</td>" for c in columns) + "</tr>"
         for r in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

@@ -17,5 +17,17 @@ def format_table(columns: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def cell(value: object) -> str:
+    """A value as a table shows it: nothing for null; a float without binary noise (rounded to
+    6 places, as breaks stored before differences were exact carry it) and without ``.0`` when
+    it is whole (a quantity's difference of 1400, not 1400.0)."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        value = round(value, 6)
+        return str(int(value)) if value.is_integer() else repr(value)
+    return str(value)
+
+
 def _numeric(text: str) -> bool:
     return text.replace(".", "", 1).replace("-", "", 1).isdigit()

@@ -31,6 +31,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from streamshift.core.formatting import cell
 from streamshift.core.heartbeat import read_status
 from streamshift.core.registry import flow_names
 from streamshift.core.settings import Settings, load_settings
@@ -135,9 +136,7 @@ def summaries(settings: Settings) -> list[dict[str, Any]]:
 
 # ---- the page -----------------------------------------------------------------------------
 def _e(value: Any) -> str:
-    if isinstance(value, float):
-        value = round(value, 6)  # a difference of sums, not its binary noise
-    return html.escape("" if value is None else str(value))
+    return html.escape(cell(value))
 
 
 def _table(rows: list[dict[str, Any]], columns: list[str], cls: str) -> str:
