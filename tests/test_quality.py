@@ -101,6 +101,8 @@ def test_suites_pass_on_clean_days_and_name_what_breaks(spark, settings, tmp_pat
         " getComputedStyle(nav).display, nav.querySelector('img').naturalWidth > 0];"
     )
     assert rendered == ["function", "function", "function", "flex", True]
+    overview = browser.execute_script("return document.querySelector('.alert').innerText")
+    assert "Data asset: trades.current" in " ".join(overview.split()), overview
     shot = tmp_path / "data-docs.png"
     browser.save_screenshot(str(shot))
     print(f"screenshot of the Data Docs page: {shot}")

@@ -370,6 +370,7 @@ def validate_frames(
                 run_id=_run_identifier(run, suite),
             )
             for identifier, validation in result.run_results.items():
+                _name_data_asset(context, identifier, validation)
                 run.checks += checks_of(suite, validation)
                 identifiers.append(identifier)
                 run.docs[suite] = _docs_page(identifier)
@@ -379,6 +380,19 @@ def validate_frames(
             context.build_data_docs(resource_identifiers=identifiers)
             localize(data_docs_dir(settings), since=started - 2)  # coarse mtimes
     return run
+
+
+def _name_data_asset(context: Any, identifier: Any, validation: Any) -> None:
+    """Give the stored result its data asset's name where Data Docs look for it.
+
+    GX 1.x's validation page reads the name from ``meta.batch_spec``, which a dataframe asset's
+    batch spec lacks, so every page said "Data asset: None" (great_expectations#10339); the
+    name is in ``meta.active_batch_definition``."""
+    asset = (validation.meta.get("active_batch_definition") or {}).get("data_asset_name")
+    spec = validation.meta.get("batch_spec")
+    if asset and isinstance(spec, dict) and not spec.get("data_asset_name"):
+        validation.meta["batch_spec"] = {**spec, "data_asset_name": asset}
+        context.validation_results_store.set(identifier, validation)
 
 
 def _run_identifier(run: QualityRun, suite: str) -> Any:
