@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streamshift.core.catalog import KINDS, LAYERS
-from streamshift.core.formatting import cell
+from streamshift.core.formatting import html_table
 from streamshift.core.heartbeat import progress_path, read_progress
 from streamshift.quality.project import counts_by_verdict
 from streamshift.read.control import (
@@ -192,17 +192,6 @@ def _lines(progress: list[dict[str, Any]], window: str) -> str:
 
 
 # ---- rendering ----------------------------------------------------------------------------
-def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    if not rows:
-        return "<p class='none'>none</p>"
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell(r.get(c)))}</td>" for c in columns) + "</tr>"
-        for r in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
 def _quality_html(quality: dict[str, Any]) -> str:
     counts = quality["counts"]
     if not sum(counts.values()):
@@ -217,7 +206,7 @@ def _quality_html(quality: dict[str, Any]) -> str:
         f"<b class='q-warn'>{counts['warn']}</b> warn · <b class='q-fail'>{counts['fail']}</b> "
         f"fail</p>"
         + (
-            _table(
+            html_table(
                 quality["not_passed"],
                 ["suite", "layer", "expectation", "policy", "observed", "threshold"],
             )
@@ -288,10 +277,10 @@ figure.chart svg {{ max-width: 100%; height: auto; }}
 <p>stage <b>{html.escape(data["stage"])}</b> · generated {data["generated_at"]}</p>
 <h2>Reconciliation</h2>
 <p class="verdict">{html.escape(verdict)}</p>
-{"" if not recs else _table(recs, ["recon", "left_side", "right_side", "left_rows", "right_rows", "missing_left", "missing_right", "value_mismatch", "run_id"])}
+{"" if not recs else html_table(recs, ["recon", "left_side", "right_side", "left_rows", "right_rows", "missing_left", "missing_right", "value_mismatch", "run_id"])}
 {figure("breaks by kind")}
 <h3>Worst breaks</h3>
-{_table(data["worst_breaks"], ["recon", "kind", "key", "column", "left_value", "right_value", "difference"])}
+{html_table(data["worst_breaks"], ["recon", "kind", "key", "column", "left_value", "right_value", "difference"])}
 <h2>Data quality</h2>
 {_quality_html(data["quality"])}
 <h2>Parity streak</h2>
@@ -303,7 +292,7 @@ figure.chart svg {{ max-width: 100%; height: auto; }}
 <h2>Late events</h2>
 {figure("late")}
 <h2>Stage history</h2>
-{_table(data["stage_history"], ["changed_at", "from_stage", "to_stage", "changed_by", "forced", "reason"])}
+{html_table(data["stage_history"], ["changed_at", "from_stage", "to_stage", "changed_by", "forced", "reason"])}
 </body></html>
 """
 

@@ -1,6 +1,10 @@
-"""Plain-text tables for people: the CLI, the demo and task logs print rows through here."""
+"""Tables for people: the CLI, the demo and task logs print rows through here as plain text;
+the HTML report and the Migration page show theirs through ``html_table``."""
 
 from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
 
 
 def format_table(columns: list[str], rows: list[list[str]]) -> str:
@@ -27,6 +31,24 @@ def cell(value: object) -> str:
         value = round(value, 6)
         return str(int(value)) if value.is_integer() else repr(value)
     return str(value)
+
+
+def html_table(rows: Sequence[Mapping[str, object]], columns: Sequence[str], cls: str = "") -> str:
+    """Rows as an HTML table of ``columns`` (each cell through :func:`cell`, escaped, marked
+    with its column); a "none" paragraph when there are no rows."""
+
+    def e(value: object) -> str:
+        return html.escape(cell(value))
+
+    if not rows:
+        return f"<p class='{e(('none ' + cls).strip())}'>none</p>"
+    head = "".join(f"<th>{e(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td data-col='{e(c)}'>{e(r.get(c))}</td>" for c in columns) + "</tr>"
+        for r in rows
+    )
+    table = f"<table class='{e(cls)}'>" if cls else "<table>"
+    return f"{table}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _numeric(text: str) -> bool:

@@ -31,7 +31,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from streamshift.core.formatting import cell
+from streamshift.core.formatting import cell, html_table
 from streamshift.core.heartbeat import read_status
 from streamshift.core.registry import flow_names
 from streamshift.core.settings import Settings, load_settings
@@ -139,17 +139,6 @@ def _e(value: Any) -> str:
     return html.escape(cell(value))
 
 
-def _table(rows: list[dict[str, Any]], columns: list[str], cls: str) -> str:
-    if not rows:
-        return f"<p class='none {cls}'>none</p>"
-    head = "".join(f"<th>{_e(c)}</th>" for c in columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td data-col='{_e(c)}'>{_e(r.get(c))}</td>" for c in columns) + "</tr>"
-        for r in rows
-    )
-    return f"<table class='{cls}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
 def _flow_section(s: dict[str, Any]) -> str:
     flow = s["flow"]
     streak = "".join(
@@ -174,13 +163,13 @@ def _flow_section(s: dict[str, Any]) -> str:
         recon = (
             f"<p>business date <b class='last-date'>{last['business_date']}</b>: "
             f"<b class='last-breaks'>{last['breaks']}</b> breaks · {report}</p>"
-            + _table(
+            + html_table(
                 last["runs"],
                 ["recon", "breaks", "missing_left", "missing_right", "value_mismatch", "run_id"],
                 "runs",
             )
             + "<h4>Worst breaks</h4>"
-            + _table(
+            + html_table(
                 last["worst"],
                 ["recon", "kind", "key", "column", "left_value", "right_value", "difference"],
                 "worst",
@@ -240,7 +229,7 @@ clean in a row; promotion needs {evidence["window"]})</small></h3>
 <h3>Stream</h3>
 <ul class="streams">{streams}</ul>
 <h3>Stage history</h3>
-{_table(s["stage_history"], ["changed_at", "from_stage", "to_stage", "changed_by", "forced", "reason"], "history")}
+{html_table(s["stage_history"], ["changed_at", "from_stage", "to_stage", "changed_by", "forced", "reason"], "history")}
 </section>"""
 
 
