@@ -181,6 +181,14 @@ def _cmd_show(args: argparse.Namespace) -> int:
     else:
         dates = None if args.date is None else [args.date]
         result = view_rows(settings, flow, args.layer, args.view, dates, limit=args.limit)
+    if not result.columns:  # the table was never written (an empty one still has columns)
+        print(
+            f"flow {flow.name}: the {args.layer} layer has no {args.view} table yet (nothing was loaded "
+            f"into it under {settings.warehouse}); load a day with `streamshift eod --flow "
+            f"{flow.name} --date D --file F`, or run `streamshift stream --flow {flow.name}`.",
+            file=sys.stderr,
+        )
+        return 0
     show(result, args.format, sys.stdout)
     return 0
 

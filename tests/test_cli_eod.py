@@ -40,6 +40,11 @@ def test_generate_load_show_and_a_bad_file(tmp_path: Path) -> None:
     assert "100%" in gen.stderr  # progress is shown
     eod_file = out / f"trades_eod_{DAY}.csv"
 
+    before = _run(tmp_path, "show", "--flow", "trades", "--view", "positions")
+    assert before.returncode == 0 and before.stdout == ""
+    assert "batch layer has no positions table yet" in before.stderr
+    assert "streamshift eod --flow trades" in before.stderr
+
     load = _run(tmp_path, "eod", "--flow", "trades", "--date", DAY, "--file", str(eod_file))
     assert load.returncode == 0, load.stderr
     assert "200 rows: 200 accepted, 0 quarantined" in load.stdout
