@@ -267,7 +267,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     if args.flow not in flow_names():
         raise UserError(f"unknown flow {args.flow!r}; flows: {', '.join(flow_names())}")
-    html_path, json_path = write_report(load_settings(), args.flow, args.date)
+    html_path, json_path = write_report(load_settings(), args.flow, args.date, echo=True)
     print(f"report: {html_path}")
     print(f"summary for machines: {json_path}")
     return 0

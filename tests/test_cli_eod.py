@@ -71,6 +71,16 @@ def test_generate_load_show_and_a_bad_file(tmp_path: Path) -> None:
         expected_net[(f[5], f[6])] = expected_net.get((f[5], f[6]), 0) + qty
     assert {(r["book"], r["instrument"]): int(r["net_quantity"]) for r in rows} == expected_net
 
+    # The day's report, without a JVM: a headline, then where the pages are.
+    report = _run(tmp_path, "report", "--flow", "trades", "--date", DAY)
+    assert report.returncode == 0, report.stderr
+    headline, html_line, _json_line = report.stdout.splitlines()
+    assert headline == (
+        f"trades {DAY} (stage batch): no reconciliation for this date yet; "
+        "data quality: no data-quality run for this date yet"
+    )
+    assert Path(html_line.removeprefix("report: ")).is_file()
+
     bad = tmp_path / "bad.csv"
     bad.write_text(eod_file.read_text().replace(",", ";"))
     failed = _run(tmp_path, "eod", "--flow", "trades", "--date", DAY, "--file", str(bad))

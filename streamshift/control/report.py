@@ -217,16 +217,30 @@ def _quality_html(quality: dict[str, Any]) -> str:
     )
 
 
+def verdict(data: dict[str, Any]) -> str:
+    """The day's reconciliation in a few words: the report's headline."""
+    total = sum(data["breaks_by_kind"].values())
+    if not data["reconciliations"]:
+        return "no reconciliation for this date yet"
+    return "clean" if total == 0 else f"{total} breaks"
+
+
+def headline(data: dict[str, Any]) -> str:
+    """One line for a terminal: the flow, date, stage, verdict and data-quality counts."""
+    counts = data["quality"]["counts"]
+    quality = (
+        f"{counts['pass']} pass, {counts['warn']} warn, {counts['fail']} fail"
+        if sum(counts.values())
+        else "no data-quality run for this date yet"
+    )
+    return (
+        f"{data['flow']} {data['business_date']} (stage {data['stage']}): {verdict(data)}; "
+        f"data quality: {quality}"
+    )
+
+
 def render(data: dict[str, Any]) -> str:
     recs = data["reconciliations"]
-    total = sum(data["breaks_by_kind"].values())
-    verdict = (
-        "no reconciliation for this date yet"
-        if not recs
-        else "clean"
-        if total == 0
-        else f"{total} breaks"
-    )
     streak = data["parity_streak"]
     charts = {
         "breaks by kind": _bar(
@@ -276,7 +290,7 @@ figure.chart svg {{ max-width: 100%; height: auto; }}
 <h1>{html.escape(data["flow"])} — business date {data["business_date"]}</h1>
 <p>stage <b>{html.escape(data["stage"])}</b> · generated {data["generated_at"]}</p>
 <h2>Reconciliation</h2>
-<p class="verdict">{html.escape(verdict)}</p>
+<p class="verdict">{html.escape(verdict(data))}</p>
 {"" if not recs else html_table(recs, ["recon", "left_side", "right_side", "left_rows", "right_rows", "missing_left", "missing_right", "value_mismatch", "run_id"])}
 {figure("breaks by kind")}
 <h3>Worst breaks</h3>
@@ -297,8 +311,12 @@ figure.chart svg {{ max-width: 100%; height: auto; }}
 """
 
 
-def write_report(settings: Settings, flow: str, business_date: dt.date) -> tuple[Path, Path]:
+def write_report(
+    settings: Settings, flow: str, business_date: dt.date, *, echo: bool = False
+) -> tuple[Path, Path]:
     data = collect(settings, flow, business_date)
+    if echo:
+        print(headline(data))
     out = report_dir(settings, flow, business_date)
     out.mkdir(parents=True, exist_ok=True)
     html_path, json_path = out / "report.html", out / "report.json"
