@@ -50,9 +50,10 @@ from stream_latency import (
 
 from flows.trades.generate import generate_day
 from streamshift.core.flow import Flow
-from streamshift.core.heartbeat import progress_path, read_progress
+from streamshift.core.heartbeat import read_progress
 from streamshift.core.registry import get_flow
 from streamshift.core.settings import Settings, load_settings
+from streamshift.jobs.serve import progress_path as serve_progress_path
 from streamshift.sources.events import encode_event, serving_topic
 from streamshift.sources.kafka import ensure_topic, producer_config
 from streamshift.sources.produce import produce_rows, read_rows
@@ -124,7 +125,7 @@ def correct_via_serve(
     ensure_topic(settings, topic)
     produce_rows(settings, flow, rows, topic=topic, progress=False)
     env = job_env(settings)
-    progress = progress_path(settings.home, flow.name, "serve-positions")
+    progress = serve_progress_path(settings, flow.name, "positions")
     command = [sys.executable, "-m", "streamshift.cli", "serve", "--flow", flow.name]
     command += ["--topic", topic, "--trigger", trigger]
     with open(settings.home / "serve.log", "wb") as log:

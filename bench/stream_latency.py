@@ -51,6 +51,7 @@ from streamshift.core.heartbeat import logged_events, progress_path, read_progre
 from streamshift.core.processes import free_port
 from streamshift.core.registry import get_flow
 from streamshift.core.settings import Settings, load_settings
+from streamshift.jobs.serve import progress_path as serve_progress_path
 from streamshift.local.broker import LocalBroker
 from streamshift.sources.events import encode_event, serving_topic
 from streamshift.sources.kafka import ensure_topic, producer_config
@@ -325,7 +326,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Pipeline], dict[str, dict[s
                     "--engine",
                     engine,
                 ],
-                progress_path(settings.home, "trades", "serve-positions"),
+                serve_progress_path(settings, "trades", "positions"),
                 topic(name),
                 visible_field="visible_at",
             )

@@ -38,9 +38,9 @@ from stream_latency import started_broker
 
 from flows.trades.generate import generate_day
 from streamshift.core.contract import MALFORMED
-from streamshift.core.heartbeat import progress_path
 from streamshift.core.registry import get_flow
 from streamshift.core.settings import load_settings
+from streamshift.jobs.serve import progress_path as serve_progress_path
 from streamshift.jobs.serve import run_serve
 from streamshift.jobs.stream import kafka_stream, run_stream
 from streamshift.sources.decode import decode
@@ -167,7 +167,7 @@ def main() -> int:
         served = None
         if not args.no_serving:
             served = run_serve(spark, settings, flow, topic=topic, available_now=True, echo=False)
-            log = progress_path(settings.home, flow.name, f"serve-{flow.views[0].name}")
+            log = serve_progress_path(settings, flow.name, flow.views[0].name)
             for line in log.read_text().splitlines():
                 batch = json.loads(line)
                 steps = ", ".join(f"{k} {v:.1f}s" for k, v in batch["seconds_by_step"].items())

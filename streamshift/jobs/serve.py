@@ -326,6 +326,16 @@ def as_messages(view: View, changes: DataFrame) -> DataFrame:
 
 
 # ---- the job --------------------------------------------------------------------------------
+def layer_name(view: str) -> str:
+    """The serving job's name in heartbeats and progress logs (``<flow>/serve-<view>``)."""
+    return f"serve-{view}"
+
+
+def progress_path(settings: Settings, flow: str, view: str) -> Path:
+    """The serving job's progress log: one line per micro-batch (benches read it too)."""
+    return heartbeat.progress_path(settings.home, flow, layer_name(view))
+
+
 @dataclass
 class ServeRun:
     batches: int = 0
@@ -448,8 +458,8 @@ def run_serve(
     saved = {k: spark.conf.get(k, None) for k in conf}
     run = ServeRun(topic=out_topic)
     started = time.monotonic()
-    name = f"serve-{view.name}"  # the heartbeat's "layer": `streamshift status` lists it
-    progress = heartbeat.progress_path(settings.home, flow.name, name)
+    name = layer_name(view.name)  # the heartbeat's "layer": `streamshift status` lists it
+    progress = progress_path(settings, flow.name, view.name)
     beat = _Heartbeat(
         heartbeat.heartbeat_path(settings.home, flow.name, name),
         flow=flow.name,
