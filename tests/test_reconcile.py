@@ -96,13 +96,16 @@ def test_each_break_kind_and_tolerances_on_both_sides_of_the_limit(spark) -> Non
 
 def test_tables_show_values_without_binary_noise() -> None:
     """How the report and the Migration page show a break's cells."""
-    assert [cell(v) for v in (None, 1400.0, -1294.2, -0.020000000000010232, "EQ-US", 7)] == [
+    values = (None, 1400.0, -1294.2, -0.020000000000010232, "EQ-US", 7, 1e300, float("nan"))
+    assert [cell(v) for v in values] == [
         "",
         "1400",
         "-1294.2",
         "-0.02",  # a difference stored as two doubles' difference, before they were exact
         "EQ-US",
         "7",
+        "1e+300",  # not 301 digits
+        "nan",
     ]
 
 

@@ -29,7 +29,7 @@ def cell(value: object) -> str:
         return ""
     if isinstance(value, float):
         value = round(value, 6)
-        return str(int(value)) if value.is_integer() else repr(value)
+        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
     return str(value)
 
 
