@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from pyspark.sql import functions as F
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
@@ -172,7 +173,7 @@ def test_migration_page_in_the_browser_shows_the_tables_and_promotes_through_the
     # UI sandboxes plugin frames without pop-ups).
     section = browser.find_element(By.CSS_SELECTOR, "section.flow[data-flow='trades']")
     section.find_element(By.CSS_SELECTOR, "a.report").click()
-    WebDriverWait(browser, 30).until(
+    WebDriverWait(browser, 30, ignored_exceptions=[StaleElementReferenceException]).until(
         lambda d: d.find_element(By.TAG_NAME, "h1").text == f"trades — business date {DAYS[-1]}"
     )
     assert browser.find_element(By.CSS_SELECTOR, ".verdict").text == f"{last_breaks} breaks"
@@ -201,7 +202,10 @@ def test_migration_page_in_the_browser_shows_the_tables_and_promotes_through_the
     box.find_element(By.CSS_SELECTOR, "input.reason").send_keys("three clean days")
     box.find_element(By.TAG_NAME, "button").click()
     # The page triggers streamshift_promote as the signed-in user and reloads when it is done.
-    WebDriverWait(browser, 600, poll_frequency=3).until(
+    # An element read while the page reloads goes stale: the wait reads it again.
+    WebDriverWait(
+        browser, 600, poll_frequency=3, ignored_exceptions=[StaleElementReferenceException]
+    ).until(
         lambda d: (
             d.find_element(By.CSS_SELECTOR, "section.flow[data-flow='trades'] .stage").text
             == "stream"
