@@ -33,13 +33,15 @@ def cell(value: object) -> str:
     return str(value)
 
 
+def html_cell(value: object) -> str:
+    """:func:`cell`, escaped for HTML text and attribute values."""
+    return html.escape(cell(value))
+
+
 def html_table(rows: Sequence[Mapping[str, object]], columns: Sequence[str], cls: str = "") -> str:
-    """Rows as an HTML table of ``columns`` (each cell through :func:`cell`, escaped, marked
-    with its column); a "none" paragraph when there are no rows."""
-
-    def e(value: object) -> str:
-        return html.escape(cell(value))
-
+    """Rows as an HTML table of ``columns`` (each cell through :func:`html_cell`, marked with
+    its column); a "none" paragraph when there are no rows."""
+    e = html_cell
     if not rows:
         return f"<p class='{e(('none ' + cls).strip())}'>none</p>"
     head = "".join(f"<th>{e(c)}</th>" for c in columns)

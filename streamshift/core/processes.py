@@ -29,10 +29,16 @@ def pid_alive(pid: int) -> bool:
         return True
     # A zombie child still answers kill(0); look at its state.
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+        state = _stat_fields(Path(f"/proc/{pid}/stat").read_text())[0]
     except OSError:
         return True
     return state != "Z"
+
+
+def _stat_fields(text: str) -> list[str]:
+    """A ``/proc/<pid>/stat`` line's fields after the command name (which may hold spaces and
+    parentheses): state, parent pid, process group, ..."""
+    return text[text.rindex(")") + 2 :].split()
 
 
 def group_members(pgid: int) -> list[int]:
@@ -44,7 +50,7 @@ def group_members(pgid: int) -> list[int]:
             text = stat.read_text()
         except OSError:
             continue  # exited while we looked
-        state, _ppid, group = text[text.rindex(")") + 2 :].split()[:3]
+        state, _ppid, group = _stat_fields(text)[:3]
         if state != "Z" and int(group) == pgid:
             members.append(int(stat.parent.name))
     return members

@@ -24,14 +24,14 @@ name classes local to :func:`create_app`.
 """
 
 import datetime as dt
-import html
 import json
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from streamshift.core.formatting import cell, html_table
+from streamshift.core.formatting import html_cell as _e
+from streamshift.core.formatting import html_table
 from streamshift.core.heartbeat import read_status
 from streamshift.core.registry import flow_names
 from streamshift.core.settings import Settings, load_settings
@@ -135,10 +135,6 @@ def summaries(settings: Settings) -> list[dict[str, Any]]:
 
 
 # ---- the page -----------------------------------------------------------------------------
-def _e(value: Any) -> str:
-    return html.escape(cell(value))
-
-
 def _flow_section(s: dict[str, Any]) -> str:
     flow = s["flow"]
     streak = "".join(
