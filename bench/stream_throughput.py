@@ -2,7 +2,9 @@
 
 A topic is preloaded with N generated trade events (default 1,000,000). Then, in one run
 and with the same ``maxOffsetsPerTrigger``:
-  * raw: an available-now streaming query whose foreachBatch only counts the rows;
+  * raw: an available-now streaming query whose foreachBatch only counts the rows, run twice:
+    the first run pays the JVM's warm-up (class loading, JIT, the Kafka consumers), so the
+    second, warm, is the one the ratios divide by;
   * floors (unless ``--no-floors``), the least a pipeline writing Delta per event does, each an
     available-now query on the same topic: ``append`` appends the records as text to a Delta
     table (the latency floor's pipeline, bench/_floor_stream.py); ``decode+append`` decodes
@@ -13,7 +15,8 @@ and with the same ``maxOffsetsPerTrigger``:
     ``--available-now`` into an empty stream layer;
   * serving (unless ``--no-serving``): ``streamshift serve``'s query with ``--available-now``
     (decode, rules, ``prepare``, positions in the state store, changed groups published to the
-    compacted topic), the hot path issue 14 allows beside the Delta record.
+    compacted topic), the hot path issue 14 allows beside the Delta record; run twice, each
+    from an empty state (its own checkpoint), the second, warm, counting.
 Prints events/s of each and the ratios (goal: pipeline >= 0.5 x raw).
 
 Run: .venv/bin/python bench/stream_throughput.py [--events N] [--no-floors] [--no-serving]
@@ -148,6 +151,8 @@ def main() -> int:
         print(f"[bench] {sent.describe()}", flush=True)
         spark = get_spark(settings, app_name="bench-stream-throughput")
 
+        _, cold_s = available_now(spark, settings, topic, work / "raw-cold")
+        print(f"[bench] raw read, cold JVM: {cold_s:.1f}s", flush=True)
         n_raw, raw_s = available_now(spark, settings, topic, work / "raw-checkpoint")
         print(f"[bench] raw read: {n_raw} events in {raw_s:.1f}s", flush=True)
         floor_s: dict[str, float] = {}
@@ -166,6 +171,11 @@ def main() -> int:
             print(f"[bench] pipeline: {run.describe()}", flush=True)
         served = None
         if not args.no_serving:
+            first = load_settings(
+                home=work / "serve-cold", kafka_bootstrap_servers=broker.bootstrap
+            )
+            cold = run_serve(spark, first, flow, topic=topic, available_now=True, echo=False)
+            print(f"[bench] serving, first run: {cold.describe()}", flush=True)
             served = run_serve(spark, settings, flow, topic=topic, available_now=True, echo=False)
             log = serve_progress_path(settings, flow.name, flow.views[0].name)
             for line in log.read_text().splitlines():
@@ -183,7 +193,10 @@ def main() -> int:
             f"\nevents in the topic:        {len(rows)} ({settings.kafka_topic_partitions} partitions, "
             f"maxOffsetsPerTrigger {settings.max_offsets_per_trigger})"
         )
-        print(f"raw Kafka read (count):     {raw_rate:,.0f} events/s ({raw_s:.1f} s)")
+        print(
+            f"raw Kafka read (count):     {raw_rate:,.0f} events/s ({raw_s:.1f} s; "
+            f"{cold_s:.1f} s on the cold JVM)"
+        )
         for name, seconds in floor_s.items():
             rate = n_raw / seconds
             print(
