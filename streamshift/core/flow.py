@@ -34,6 +34,10 @@ class Measure:
 
     Sums and counts move by signed deltas (a row's old contribution out, its new one in), so
     a view made only of measures can also be kept incrementally (``streamshift serve``).
+    Integer and decimal sums kept that way are exact, so they equal the Delta view's. A sum of a
+    floating-point column is not: its running total rounds at every move, and Spark's own sum
+    rounds in whatever order the rows come, so the two agree within rounding, not bit for bit;
+    sum a decimal column for exact serving.
     """
 
     name: str

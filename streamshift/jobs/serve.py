@@ -14,7 +14,8 @@ A new version moves its old contribution out of the old group and its new one in
 group (the current-state MERGE's rule: only a higher version replaces a stored one). Each
 micro-batch publishes the groups it changed to ``<topic>.<view>`` (compacted): key = the group
 as JSON, value = the view's row as JSON, a tombstone when the group emptied. Values are the
-view's columns exactly as the Delta view holds them after catch-up.
+view's columns exactly as the Delta view holds them after catch-up: sums of integers and
+decimals are exact; sums of a floating-point column agree within rounding (see ``Measure``).
 
 Exactly once: the state store (RocksDB) commits with the query's checkpoint, so a restarted job
 neither loses nor double-counts a change; a batch published twice (a crash between publish and
