@@ -32,7 +32,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from streamshift.core.catalog import LATE_EVENTS_SCHEMA, LayerTables
@@ -305,10 +305,20 @@ def _apply_accepted(
             keys = sorted({k for k, _ in pairs})
             keys_by_date = Counter(d for _, d in pairs)
         else:
-            # A large batch's keys stay in Spark: per date, how many distinct keys.
+            # A large batch's keys stay in Spark: per date, how many distinct keys, and the
+            # range they span (what the history reads below can skip files by).
             incoming, keys = [], []
-            by_date = versions.groupBy(bd).agg(F.count_distinct(key).alias("keys")).collect()
+            by_date = (
+                versions.groupBy(bd)
+                .agg(
+                    F.count_distinct(key).alias("keys"),
+                    F.min(key).alias("low"),
+                    F.max(key).alias("high"),
+                )
+                .collect()
+            )
             keys_by_date = Counter({r[bd]: r["keys"] for r in by_date})
+            key_range = (min(r["low"] for r in by_date), max(r["high"] for r in by_date))
         incoming_dates = sorted(keys_by_date)
         if small:  # and the dates' current state is small: no generated code
             plans.enter_context(
@@ -332,9 +342,9 @@ def _apply_accepted(
                 steps.submit("history", _append_history, spark, flow, versions, tables, new)
             touched = {tuple(r[c] for c in group_columns) for r in [*known, *incoming]}
         else:
-            steps.submit("history", _merge_history, spark, flow, versions, tables)
+            steps.submit("history", _merge_history, spark, flow, versions, tables, key_range)
             touched = steps.run(
-                "touched", _touched_groups, spark, flow, versions, tables, group_columns
+                "touched", _touched_groups, spark, flow, versions, tables, group_columns, key_range
             )
         date_at = group_columns.index(bd)
         touched_dates = sorted({g[date_at] for g in touched} | set(incoming_dates))
@@ -434,17 +444,31 @@ class _Steps:
             self._futures[name].result()
 
 
+def _within(column: str, key_range: tuple[object, object]) -> Column:
+    """``column`` inside a batch's key range: implied by a join on the key, and what lets Delta
+    skip every file whose key statistics lie outside it. Keys that grow with time (trade ids
+    that carry their date, sequence numbers) put earlier days' files outside, so a load reads
+    the history it can match, not all of it; other keys lose nothing."""
+    low, high = key_range
+    return F.col(column).between(F.lit(low), F.lit(high))
+
+
 def _merge_history(
-    spark: SparkSession, flow: Flow, versions: DataFrame, tables: LayerTables
+    spark: SparkSession,
+    flow: Flow,
+    versions: DataFrame,
+    tables: LayerTables,
+    key_range: tuple[object, object],
 ) -> None:
     """Step 3 for a large batch: every accepted version, once (insert-only MERGE)."""
     from delta.tables import DeltaTable
 
     key, version = flow.key, flow.version
+    on = F.expr(f"t.{key} = s.{key} AND t.{version} = s.{version}") & _within(f"t.{key}", key_range)
     (
         DeltaTable.forPath(spark, tables.history)
         .alias("t")
-        .merge(versions.alias("s"), f"t.{key} = s.{key} AND t.{version} = s.{version}")
+        .merge(versions.alias("s"), on)
         .whenNotMatchedInsertAll()
         .execute()
     )
@@ -489,10 +513,12 @@ def _touched_groups(
     versions: DataFrame,
     tables: LayerTables,
     group_columns: list[str],
+    key_range: tuple[object, object],
 ) -> set[tuple[object, ...]]:
     """A large batch's touched groups: those of its versions and of its keys' history."""
     key = flow.key
-    known = read(spark, tables.history).join(versions.select(key).distinct(), key, "left_semi")
+    stored = read(spark, tables.history).where(_within(key, key_range))
+    known = stored.join(versions.select(key).distinct(), key, "left_semi")
     rows = (
         known.select(*group_columns)
         .unionByName(versions.select(*group_columns))
