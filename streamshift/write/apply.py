@@ -446,8 +446,8 @@ class _Steps:
 
 def _within(column: str, key_range: tuple[object, object]) -> Column:
     """``column`` inside a batch's key range: implied by a join on the key, and what lets Delta
-    skip every file whose key statistics lie outside it. Keys that grow with time (trade ids
-    that carry their date, sequence numbers) put earlier days' files outside, so a load reads
+    skip every file whose key statistics lie outside it. Keys that grow with time (ids that
+    carry their date, sequence numbers) put earlier days' files outside, so a load reads
     the history it can match, not all of it; other keys lose nothing."""
     low, high = key_range
     return F.col(column).between(F.lit(low), F.lit(high))
