@@ -48,11 +48,22 @@ def _send_raw(settings, topic: str, messages: list[tuple[bytes | None, bytes | N
 
 
 def test_stream_and_eod_batch_reach_the_same_state(
-    spark, kafka_settings, any_flow, tmp_path
+    spark, kafka_settings, any_flow, tmp_path, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
     """A day plus corrections: EOD files into the batch layer, the same rows shuffled across
     partitions into the stream layer (corrections before what they correct, several
     micro-batches) — for every flow."""
+    from streamshift.core import heartbeat
+
+    # Every heartbeat the job writes, as written (the file keeps only the latest).
+    beats: list[dict[str, object]] = []
+    write_beat = heartbeat.update_heartbeat
+
+    def recorded(path, beat, **changes):  # type: ignore[no-untyped-def]
+        write_beat(path, beat, **changes)
+        beats.append(dict(beat))
+
+    monkeypatch.setattr(heartbeat, "update_heartbeat", recorded)
     flow = any_flow
     day = get_generator(flow.name)(DAY, 600, tmp_path / "day", seed=21, progress=False)
     settings = isolated(kafka_settings, tmp_path / "home", max_offsets_per_trigger=250)
@@ -90,6 +101,16 @@ def test_stream_and_eod_batch_reach_the_same_state(
     assert batches[-1]["lag"] == 0 and all(b["accepted"] is not None for b in batches)
     # Each batch reports the Spark jobs it ran (its query's job group), for the speed work.
     assert all(b["spark_jobs"] >= 3 for b in batches if b["input_rows"]), batches
+    # Mid-batch, the heartbeat was written as each of the batch's steps ended (a batch of a
+    # whole backlog runs for minutes; the supervisor restarts a job whose heartbeat is old).
+    for b in (b for b in batches if b["input_rows"]):
+        steps = [
+            w["step_done"]
+            for w in (beat.get("working_on") for beat in beats)
+            if isinstance(w, dict) and w["batch_id"] == b["batch_id"]
+        ]
+        assert sorted(steps) == sorted(b["seconds_by_step"]), (steps, b["seconds_by_step"])
+    assert status.beat["working_on"] is None
 
     # A second run finds nothing new and changes nothing.
     again = drain(spark, settings, topic, flow=flow)

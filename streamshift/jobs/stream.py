@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -187,8 +188,13 @@ def batch_writer(
     label: str,
     totals: StreamTotals,
     stop: GracefulStop,
+    on_step: Callable[[int, str], None] | None = None,
 ) -> Callable[[DataFrame, int], None]:
-    """The ``foreachBatch`` function: decode, dead-letter, then the one write path."""
+    """The ``foreachBatch`` function: decode, dead-letter, then the one write path.
+
+    ``on_step(batch_id, step)`` hears of each step of a batch as it ends: a batch of a whole
+    backlog runs for minutes, and the heartbeat shows it working meanwhile.
+    """
 
     def write(batch: DataFrame, batch_id: int) -> None:
         stop.enter()
@@ -206,12 +212,15 @@ def batch_writer(
                     target.spark, settings, flow, target, decoded, dlq, batch_label
                 )
                 decode_seconds = time.perf_counter() - started
+                if on_step is not None:
+                    on_step(batch_id, "decode")
                 result = apply_changes(
                     flow,
                     decoded.drop(*TRANSPORT_COLUMNS),
                     KAFKA_SOURCE,
                     target,
                     batch_id=batch_label,
+                    on_step=None if on_step is None else partial(on_step, batch_id),
                 )
                 result.seconds_by_step = {"decode": decode_seconds, **result.seconds_by_step}
                 every = settings.stream_quality_every
@@ -278,6 +287,7 @@ class ProgressRecorder(StreamingQueryListener):
         self.beat_path = heartbeat.heartbeat_path(settings.home, flow.name, layer)
         self.log_path = heartbeat.progress_path(settings.home, flow.name, layer)
         self.query_id: str | None = None
+        self._lock = threading.Lock()
         self.beat: dict[str, Any] = {
             "flow": flow.name,
             "layer": layer,
@@ -288,7 +298,13 @@ class ProgressRecorder(StreamingQueryListener):
         }
 
     def _save(self, **changes: Any) -> None:
-        heartbeat.update_heartbeat(self.beat_path, self.beat, **changes)
+        with self._lock:  # the listener's thread and the batch's steps both save
+            heartbeat.update_heartbeat(self.beat_path, self.beat, **changes)
+
+    def working(self, batch_id: int, step: str) -> None:
+        """A step of batch ``batch_id`` ended: the heartbeat shows the job alive mid-batch
+        (the supervisor restarts a job whose heartbeat is older than its stall limit)."""
+        self._save(working_on={"batch_id": batch_id, "step_done": step})
 
     def onQueryStarted(self, event) -> None:  # type: ignore[no-untyped-def]
         if event.name == self.name:
@@ -328,7 +344,10 @@ class ProgressRecorder(StreamingQueryListener):
         heartbeat.append_progress(self.log_path, record)
         if record["quality"]:
             self._save(quality=record["quality"])
+        working = self.beat.get("working_on") or {}
         self._save(
+            # the listener runs behind: the next batch may have reported steps already
+            working_on=working if working.get("batch_id", -1) > p.batchId else None,
             last_batch_id=p.batchId,
             last_batch_at=heartbeat.now_iso(),
             input_rows=p.numInputRows,
@@ -432,7 +451,9 @@ def run_stream(
     source = kafka_stream(spark, settings, topic)
     writer = (
         source.writeStream.queryName(name)
-        .foreachBatch(batch_writer(settings, flow, target, dlq, name, totals, stop))
+        .foreachBatch(
+            batch_writer(settings, flow, target, dlq, name, totals, stop, recorder.working)
+        )
         .option("checkpointLocation", checkpoint_path(settings, flow, layer))
     )
     writer = (

@@ -75,16 +75,23 @@ DELTA_CONFLICTS = (
 
 
 class _Timer:
-    """Per-step timings of one apply, for the benchmark and the curious (STREAMSHIFT debug)."""
+    """Per-step timings of one apply, for the benchmark and the curious (STREAMSHIFT debug);
+    ``on_step`` hears of each step as it ends (a stream job's heartbeat, during a long batch)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_step: Callable[[str], None] | None = None) -> None:
         self.steps: dict[str, float] = {}
         self._last = time.perf_counter()
+        self._on_step = on_step
 
     def lap(self, step: str) -> None:
         now = time.perf_counter()
-        self.steps[step] = self.steps.get(step, 0.0) + now - self._last
+        self.done(step, now - self._last)
         self._last = now
+
+    def done(self, step: str, seconds: float) -> None:
+        self.steps[step] = self.steps.get(step, 0.0) + seconds
+        if self._on_step is not None:
+            self._on_step(step)
 
 
 # ---- IO: the write path ---------------------------------------------------------------------
@@ -145,12 +152,14 @@ def apply_changes(
     *,
     batch_id: str = "",
     closing_date: dt.date | None = None,
+    on_step: Callable[[str], None] | None = None,
 ) -> ApplyResult:
     """Apply raw changes to ``target`` — the single write path of batch and stream.
 
     ``changes`` holds the flow's columns as text plus ``_source_ref`` and ``_raw``; an
     optional ``_source`` column overrides ``source`` per row. ``closing_date`` is the date an
-    EOD run is closing: its own rows are not late.
+    EOD run is closing: its own rows are not late. ``on_step(name)`` is called as each step
+    ends (``seconds_by_step``'s names), from the thread that ran it.
 
     Two writers may share a layer (in stage ``stream`` the EOD correction and the streaming
     job write the same business date). Delta detects a conflicting commit and refuses it;
@@ -161,7 +170,7 @@ def apply_changes(
     conflicts = _conflicts()
     for attempt in range(1, COMMIT_ATTEMPTS + 1):
         try:
-            return _apply_once(flow, changes, source, target, batch_id, closing_date)
+            return _apply_once(flow, changes, source, target, batch_id, closing_date, on_step)
         except conflicts as exc:
             if attempt == COMMIT_ATTEMPTS:
                 raise WriteConflictError(
@@ -188,6 +197,7 @@ def _apply_once(
     target: Target,
     batch_id: str,
     closing_date: dt.date | None,
+    on_step: Callable[[str], None] | None,
 ) -> ApplyResult:
     spark = target.spark
     tables = target.create_tables().tables
@@ -208,7 +218,7 @@ def _apply_once(
     )
     try:
         result = ApplyResult()
-        timer = _Timer()
+        timer = _Timer(on_step)
         counts = (
             checked.groupBy(F.try_element_at(F.col(FAILED), F.lit(1)).alias("rule"))
             .count()
@@ -430,7 +440,7 @@ class _Steps:
         try:
             return fn(*args)
         finally:
-            self.timer.steps[name] = time.perf_counter() - started
+            self.timer.done(name, time.perf_counter() - started)
 
     def submit(self, name: str, fn: Callable[..., object], *args: object) -> None:
         self._futures[name] = self._pool.submit(self._timed, name, fn, *args)
