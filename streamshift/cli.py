@@ -637,7 +637,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "status",
-        help="show the streaming jobs (stream and serve): running or not, last batch, lag",
+        help="show the streaming jobs (stream and serve): running or not, last batch, the batch in flight, lag",
         description="Read the heartbeats the streaming jobs (`stream`, and `serve` as "
         "<flow>/serve-<view>) write under STREAMSHIFT_HOME/status. "
         "Exit code 0 when every job shown is running, 3 otherwise.",

@@ -129,6 +129,28 @@ def test_stream_health_from_the_heartbeat() -> None:
     assert health({"pid": gone, "state": "running", "last_seen": fresh}, 300, now)[0] == "dead"
 
 
+def test_status_shows_the_batch_a_running_job_is_working_on() -> None:
+    from streamshift.core.heartbeat import StreamStatus
+
+    seen = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=42)).isoformat()
+    beat = {
+        "pid": os.getpid(),
+        "state": "running",
+        "last_seen": seen,
+        "last_batch_id": 6,
+        "last_batch_at": seen,
+        "working_on": {"batch_id": 7, "step_done": "validate"},
+    }
+    text = StreamStatus("trades", "stream", True, beat).describe()
+    assert "working on batch 7 (validate done, 42s ago)" in text, text
+    # Between batches (the listener cleared it), or stopped: nothing about a batch in flight.
+    assert (
+        "working on"
+        not in StreamStatus("trades", "stream", True, beat | {"working_on": None}).describe()
+    )
+    assert "working on" not in StreamStatus("trades", "stream", False, beat).describe()
+
+
 def test_a_failing_job_leaves_its_one_line_error_for_the_orchestrator(tmp_path: Path) -> None:
     from tests.cli_support import run_cli
 

@@ -141,6 +141,12 @@ class StreamStatus:
             )
         else:
             parts.append("no batch yet")
+        working = b.get("working_on")
+        if self.running and isinstance(working, dict):
+            parts.append(
+                f"working on batch {working.get('batch_id')} ({working.get('step_done')} done, "
+                f"{_seconds_since(b.get('last_seen'))})"
+            )
         if self.lag_now is not None:
             parts.append(f"lag {self.lag_now} events (broker end offsets now)")
         else:
@@ -158,6 +164,13 @@ class StreamStatus:
         if b.get("error"):
             parts.append(f"error: {b['error']}")
         return "; ".join(parts)
+
+
+def _seconds_since(stamp: str | None) -> str:
+    if not stamp:
+        return "when unknown"
+    age = (dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(stamp)).total_seconds()
+    return f"{age:.0f}s ago"
 
 
 def broker_lag(settings, beat: dict[str, Any]) -> int | None:  # type: ignore[no-untyped-def]
