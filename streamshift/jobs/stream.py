@@ -287,7 +287,7 @@ class ProgressRecorder(StreamingQueryListener):
         self.beat_path = heartbeat.heartbeat_path(settings.home, flow.name, layer)
         self.log_path = heartbeat.progress_path(settings.home, flow.name, layer)
         self.query_id: str | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self.beat: dict[str, Any] = {
             "flow": flow.name,
             "layer": layer,
@@ -304,7 +304,10 @@ class ProgressRecorder(StreamingQueryListener):
     def working(self, batch_id: int, step: str) -> None:
         """A step of batch ``batch_id`` ended: the heartbeat shows the job alive mid-batch
         (the supervisor restarts a job whose heartbeat is older than its stall limit)."""
-        self._save(working_on={"batch_id": batch_id, "step_done": step})
+        try:
+            self._save(working_on={"batch_id": batch_id, "step_done": step})
+        except OSError as exc:  # a status file must not fail the batch
+            print(f"[stream] heartbeat not written: {exc}", file=sys.stderr, flush=True)
 
     def onQueryStarted(self, event) -> None:  # type: ignore[no-untyped-def]
         if event.name == self.name:
@@ -344,19 +347,20 @@ class ProgressRecorder(StreamingQueryListener):
         heartbeat.append_progress(self.log_path, record)
         if record["quality"]:
             self._save(quality=record["quality"])
-        working = self.beat.get("working_on") or {}
-        self._save(
-            # the listener runs behind: the next batch may have reported steps already
-            working_on=working if working.get("batch_id", -1) > p.batchId else None,
-            last_batch_id=p.batchId,
-            last_batch_at=heartbeat.now_iso(),
-            input_rows=p.numInputRows,
-            processed_rows_per_second=p.processedRowsPerSecond,
-            duration_ms=p.batchDuration,
-            lag=record["lag"],
-            latest_offsets=latest,
-            processed_offsets=processed,
-        )
+        with self._lock:
+            working = self.beat.get("working_on") or {}
+            self._save(
+                # the listener runs behind: the next batch may have reported steps already
+                working_on=working if working.get("batch_id", -1) > p.batchId else None,
+                last_batch_id=p.batchId,
+                last_batch_at=heartbeat.now_iso(),
+                input_rows=p.numInputRows,
+                processed_rows_per_second=p.processedRowsPerSecond,
+                duration_ms=p.batchDuration,
+                lag=record["lag"],
+                latest_offsets=latest,
+                processed_offsets=processed,
+            )
         if self.echo and p.numInputRows:
             print(
                 f"[stream] batch {p.batchId}: {p.numInputRows} events in "
