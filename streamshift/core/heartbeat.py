@@ -132,12 +132,10 @@ class StreamStatus:
             state = f"not running ({b.get('state', 'unknown')})"
         parts = [f"{self.flow}/{self.layer}: {state}"]
         if b.get("last_batch_at"):
-            age = (
-                dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(b["last_batch_at"])
-            ).total_seconds()
             parts.append(
-                f"last batch {b.get('last_batch_id')} at {b['last_batch_at']} ({age:.0f}s ago, "
-                f"{b.get('input_rows', 0)} rows, {b.get('processed_rows_per_second', 0):,.0f} rows/s)"
+                f"last batch {b.get('last_batch_id')} at {b['last_batch_at']} "
+                f"({_seconds_since(b['last_batch_at'])}, {b.get('input_rows', 0)} rows, "
+                f"{b.get('processed_rows_per_second', 0):,.0f} rows/s)"
             )
         else:
             parts.append("no batch yet")
