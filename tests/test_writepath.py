@@ -189,3 +189,45 @@ def test_small_dates_run_interpreted_and_the_session_gets_its_setting_back(  # t
     monkeypatch.setattr(target_module, "INTERPRET_BELOW_BYTES", 1)  # D2 now holds "much"
     with when_small([target], [D2]):
         assert mode() == before
+
+
+def test_two_writers_carrying_the_same_versions_at_once_store_each_version_once(  # type: ignore[no-untyped-def]
+    spark, target
+) -> None:
+    """In stage ``stream`` the EOD correction and the streaming job write one layer, and a
+    version the source system sent both ways can reach both at the same moment. Whichever
+    commits first, history holds each version once and current state the highest."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    apply_changes(FLOW, frame(spark, [trade("a", 1), trade("b", 1)]), "test", target)
+    for v in (2, 3, 4):
+        rows = [
+            trade("a", v, event="AMEND", quantity=v),
+            trade("b", v, event="AMEND"),
+            trade(f"n{v}", 1),
+        ]
+        start = threading.Barrier(2)
+
+        def writer(source: str, rows=rows, start=start):  # type: ignore[no-untyped-def]
+            start.wait()
+            return apply_changes(FLOW, frame(spark, rows), source, target)
+
+        with ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(writer, ["eod-correction", "stream"]))
+        # A writer refused by the other's commit applies again and finds the versions there.
+        assert all(r.accepted == 3 for r in results)
+        assert {k: c[0] for k, c in current(spark, target).items()} == {
+            "a": v,
+            "b": v,
+            **{f"n{n}": 1 for n in range(2, v + 1)},
+        }
+    stored = history(spark, target)
+    assert stored == sorted(set(stored))  # no version twice
+    assert stored == sorted(
+        [("a", v) for v in (1, 2, 3, 4)]
+        + [("b", v) for v in (1, 2, 3, 4)]
+        + [("n2", 1), ("n3", 1), ("n4", 1)]
+    )
+    assert current(spark, target)["a"] == (4, D2, FLOWB, 4, False)
+    assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (4 + 100 + 3 * 100, 5)}

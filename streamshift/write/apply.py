@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 # Batches with fewer accepted rows than this are "small": literal IN-lists in MERGE
 # conditions (Delta prunes files by stats), and one collected history lookup that serves
-# both the touched groups and a plain history append; late events are appended, not MERGEd.
+# both the touched groups and which versions history lacks; late events are appended.
 PRUNE_KEYS_BELOW = 2_000
 # Views with fewer touched groups than this are MERGEd from rows collected to the driver.
 LOCAL_SOURCE_BELOW = 10_000
@@ -298,7 +298,7 @@ def _apply_accepted(
 
     A small batch (a micro-batch, a correction) collects its keys and the history of those
     keys once: that one read gives both the touched groups and the versions history already
-    holds, so history takes a plain append of the new ones instead of a MERGE.
+    holds, so only the new ones go to history's MERGE, which reads just their keys' files.
     """
     tables = target.tables
     key, version, bd = flow.key, flow.version, flow.business_date
@@ -349,7 +349,7 @@ def _apply_accepted(
             stored = {(r[key], r[version]) for r in known}
             new = [r for r in incoming if (r[key], r[version]) not in stored]
             if new:
-                steps.submit("history", _append_history, spark, flow, versions, tables, new)
+                steps.submit("history", _insert_history, spark, flow, versions, tables, new)
             touched = {tuple(r[c] for c in group_columns) for r in [*known, *incoming]}
         else:
             steps.submit("history", _merge_history, spark, flow, versions, tables, key_range)
@@ -484,17 +484,36 @@ def _merge_history(
     )
 
 
-def _append_history(
+def _insert_history(
     spark: SparkSession, flow: Flow, versions: DataFrame, tables: LayerTables, new: list[Row]
 ) -> None:
-    """Step 3 for a small batch: append the versions history does not hold yet."""
-    key, version = flow.key, flow.version
+    """Step 3 for a small batch: insert the versions history did not hold when it was read.
+
+    An insert-only MERGE on the new versions' keys and dates, not a plain append: a plain
+    append is blind, so two writers holding the same version (in stage ``stream`` the EOD
+    correction and the stream job) would both add it. The MERGE reads those keys in those
+    dates' partitions, so Delta refuses the second commit and the apply runs again.
+    """
+    from delta.tables import DeltaTable
+
+    key, version, bd = flow.key, flow.version, flow.business_date
     wanted = spark.createDataFrame(
         [(r[key], r[version]) for r in new], versions.select(key, version).schema
     )
-    columns = read(spark, tables.history).columns
-    rows = versions.join(F.broadcast(wanted), [key, version], "left_semi").select(*columns)
-    rows.write.format("delta").mode("append").save(tables.history)
+    rows = versions.join(F.broadcast(wanted), [key, version], "left_semi")
+    keys = sorted({r[key] for r in new})
+    dates = sorted({r[bd] for r in new})
+    on = (
+        f"t.{key} = s.{key} AND t.{version} = s.{version} AND "
+        f"{_in_list(f't.{bd}', dates)} AND {_in_list(f't.{key}', keys)}"
+    )
+    (
+        DeltaTable.forPath(spark, tables.history)
+        .alias("t")
+        .merge(rows.alias("s"), on)
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
 
 
 def _history_of(
