@@ -129,15 +129,17 @@ def _date(text: str) -> dt.date:
         raise argparse.ArgumentTypeError(f"{text!r} is not a date; use YYYY-MM-DD") from None
 
 
-def _spark(flow_name: str):  # type: ignore[no-untyped-def]
-    """(settings, spark, flow) for a command that needs Spark; says what Spark it runs on."""
+def _spark(flow_name: str, *, batch: bool = True):  # type: ignore[no-untyped-def]
+    """(settings, spark, flow) for a command that needs Spark; says what Spark it runs on.
+    ``batch``: all but the always-on jobs (stream, serve), whose driver keeps the JVM's
+    default collector for its short pauses."""
     from streamshift.core.registry import get_flow
     from streamshift.spark import describe_session, get_spark
 
     settings = load_settings()
     flow = get_flow(flow_name)
     print("starting Spark ...", file=sys.stderr, flush=True)
-    spark = get_spark(settings, app_name=f"streamshift-{flow_name}")
+    spark = get_spark(settings, app_name=f"streamshift-{flow_name}", batch=batch)
     print(describe_session(spark), file=sys.stderr, flush=True)
     return settings, spark, flow
 
@@ -370,7 +372,7 @@ def _cmd_stream(args: argparse.Namespace) -> int:
     from streamshift.jobs.stream import run_stream
 
     lower_priority(load_settings().stream_nice)  # before the JVM starts: it inherits it
-    settings, spark, flow = _spark(args.flow)
+    settings, spark, flow = _spark(args.flow, batch=False)
     run = run_stream(
         spark,
         settings,
@@ -399,7 +401,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     view = additive_view(flow, args.view)
     check_checkpoint(checkpoint_path(load_settings(), flow, view, args.engine), args.engine)
     ensure_worker_python()
-    settings, spark, flow = _spark(args.flow)
+    settings, spark, flow = _spark(args.flow, batch=False)
     run = run_serve(
         spark,
         settings,

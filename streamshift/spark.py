@@ -14,9 +14,10 @@ Under spark-submit the Python driver is started by the JVM, which hands it the g
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -63,17 +64,34 @@ def deployment_conf(settings: Settings) -> dict[str, str]:
     }
 
 
-def submit_conf(settings: Settings) -> dict[str, str]:
-    """``--conf`` values a submission carries besides master and jars (JVM in UTC, quiet logs)."""
+_PICKS_A_COLLECTOR = re.compile(r"-XX:\+Use\w+GC\b")
+
+
+def batch_java_options(settings: Settings, environ: Mapping[str, str] | None = None) -> str:
+    """``STREAMSHIFT_SPARK_BATCH_JAVA_OPTIONS`` for a batch job's driver, without the collector
+    it picks when the environment's JVM options pick one already (the JVM refuses to start
+    with two: the tests run every JVM with the serial collector)."""
+    environ = os.environ if environ is None else environ
+    options = settings.spark_batch_java_options.split()
+    chosen = " ".join(environ.get(n, "") for n in ("SPARK_SUBMIT_OPTS", "JAVA_TOOL_OPTIONS"))
+    if _PICKS_A_COLLECTOR.search(chosen):
+        options = [o for o in options if not _PICKS_A_COLLECTOR.fullmatch(o)]
+    return " ".join(options)
+
+
+def submit_conf(settings: Settings, *, batch: bool = False) -> dict[str, str]:
+    """``--conf`` values a submission carries besides master and jars (JVM in UTC, quiet logs);
+    ``batch``: a batch job's, its driver with ``STREAMSHIFT_SPARK_BATCH_JAVA_OPTIONS``."""
     from streamshift.local.cds import driver_options
 
     log4j = settings.jars_dir / "log4j2-spark.properties"
     java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Duser.timezone=UTC"
+    # The driver maps the classes scripts/setup archived (streamshift.local.cds); an
+    # executor's JVM has another classpath, so it could not use them.
+    driver = [java_opts, driver_options(settings), batch_java_options(settings) if batch else ""]
     return {
         **deployment_conf(settings),
-        # The driver maps the classes scripts/setup archived (streamshift.local.cds); an
-        # executor's JVM has another classpath, so it could not use them.
-        "spark.driver.extraJavaOptions": f"{java_opts} {driver_options(settings)}".strip(),
+        "spark.driver.extraJavaOptions": " ".join(o for o in driver if o),
         "spark.executor.extraJavaOptions": java_opts,
     }
 
@@ -97,13 +115,15 @@ def tuning_conf(settings: Settings) -> dict[str, str]:
     }
 
 
-def local_conf(settings: Settings, app_name: str = "streamshift") -> dict[str, str]:
+def local_conf(
+    settings: Settings, app_name: str = "streamshift", *, batch: bool = False
+) -> dict[str, str]:
     """The ``local`` profile: the whole configuration of a one-machine Spark."""
     return {
         "spark.app.name": app_name,
         "spark.master": settings.spark_master,
         "spark.jars": ",".join(jars(settings)),
-        **submit_conf(settings),
+        **submit_conf(settings, batch=batch),
         **tuning_conf(settings),
         "spark.driver.memory": settings.spark_driver_memory,
         "spark.driver.host": "127.0.0.1",
@@ -112,12 +132,15 @@ def local_conf(settings: Settings, app_name: str = "streamshift") -> dict[str, s
     }
 
 
-def submitted_conf(settings: Settings, app_name: str = "streamshift") -> dict[str, str]:
-    """The ``submitted`` profile: nothing spark-submit decides (master, jars, resources)."""
+def submitted_conf(
+    settings: Settings, app_name: str = "streamshift", *, batch: bool = False
+) -> dict[str, str]:
+    """The ``submitted`` profile: nothing spark-submit decides (master, jars, resources, the
+    driver's JVM options: its JVM is running already)."""
     return deployment_conf(settings)
 
 
-PROFILES: dict[str, Callable[[Settings, str], dict[str, str]]] = {
+PROFILES: dict[str, Callable[..., dict[str, str]]] = {
     "local": local_conf,
     "submitted": submitted_conf,
 }
@@ -129,9 +152,15 @@ def active_profile() -> str:
 
 
 def get_spark(
-    settings: Settings | None = None, app_name: str = "streamshift", profile: str | None = None
+    settings: Settings | None = None,
+    app_name: str = "streamshift",
+    profile: str | None = None,
+    *,
+    batch: bool = False,
 ) -> SparkSession:
-    """Get or create the SparkSession of ``profile`` (default: :func:`active_profile`)."""
+    """Get or create the SparkSession of ``profile`` (default: :func:`active_profile`);
+    ``batch``: for a batch job, whose driver (when this process starts it) gets
+    ``STREAMSHIFT_SPARK_BATCH_JAVA_OPTIONS``."""
     from pyspark.sql import SparkSession
 
     settings = settings or load_settings()
@@ -140,7 +169,7 @@ def get_spark(
         # Bind everything to loopback; without it Spark picks the first non-loopback interface.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder
-    for key, value in PROFILES[profile](settings, app_name).items():
+    for key, value in PROFILES[profile](settings, app_name, batch=batch).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -216,9 +245,10 @@ def describe_session(spark: SparkSession, profile: str | None = None) -> str:
     return f"Spark {spark.sparkContext.master} ({profile or active_profile()} profile)"
 
 
-def submit_args(settings: Settings) -> list[str]:
-    """spark-submit arguments of the local deployment: master, jars and the local tuning."""
-    conf = local_conf(settings)
+def submit_args(settings: Settings, *, batch: bool = False) -> list[str]:
+    """spark-submit arguments of the local deployment: master, jars and the local tuning;
+    ``batch``: for a batch job (see :func:`submit_conf`)."""
+    conf = local_conf(settings, batch=batch)
     args = ["--master", conf.pop("spark.master"), "--jars", conf.pop("spark.jars")]
     conf.pop("spark.app.name")
     for key, value in conf.items():

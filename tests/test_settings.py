@@ -84,3 +84,28 @@ def test_lower_priority_raises_niceness_and_never_lowers_it() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.split() == ["7", "7", "7", "9"]
+
+
+def test_batch_jobs_drivers_get_their_options_unless_the_environment_picks_a_collector() -> None:
+    from streamshift.spark import batch_java_options, submit_conf
+
+    settings = load_settings({})
+    assert batch_java_options(settings, {}) == "-XX:+UseParallelGC"
+    # The JVM refuses two collectors: one picked by the environment wins, other options stay.
+    custom = load_settings({"STREAMSHIFT_SPARK_BATCH_JAVA_OPTIONS": "-XX:+UseParallelGC -Xss4m"})
+    serial = {"SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+    assert batch_java_options(custom, serial) == "-Xss4m"
+    assert batch_java_options(custom, {"JAVA_TOOL_OPTIONS": "-XX:+UseG1GC"}) == "-Xss4m"
+    assert (
+        batch_java_options(custom, {"SPARK_SUBMIT_OPTS": "-Xmx1g"}) == "-XX:+UseParallelGC -Xss4m"
+    )
+
+    def driver(**kwargs: bool) -> str:
+        return submit_conf(custom, **kwargs)["spark.driver.extraJavaOptions"]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("SPARK_SUBMIT_OPTS", raising=False)
+        mp.delenv("JAVA_TOOL_OPTIONS", raising=False)
+        assert driver(batch=True).endswith(" -XX:+UseParallelGC -Xss4m")
+        assert "-Xss4m" not in driver()  # the stream's driver keeps the JVM's default
+        assert "-Duser.timezone=UTC" in driver() and "-Duser.timezone=UTC" in driver(batch=True)
