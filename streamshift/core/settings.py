@@ -107,7 +107,7 @@ class Settings:
     spark_driver_memory: str = _setting("2g", str, "spark.driver.memory")
     spark_ui: bool = _setting(False, _bool, "start the Spark web UI")
     # A batch job's driver works through millions of rows at a time: the throughput collector
-    # loads a 1M-trade day ~13 % faster than G1 on 2 cores (BENCHMARKS.md, "EOD load"). The
+    # loads a 1M-row EOD day ~13 % faster than G1 on 2 cores (BENCHMARKS.md, "EOD load"). The
     # stream's driver keeps the JVM's default, G1, for its short pauses.
     spark_batch_java_options: str = _setting(
         "-XX:+UseParallelGC",
