@@ -1,6 +1,6 @@
 """spark-submit entry point of the always-on streaming job.
 
-    spark-submit $(streamshift spark-submit-args) streaming/run.py --flow <flow> [--available-now]
+    eval spark-submit "$(streamshift spark-submit-args)" streaming/run.py --flow <flow> [--available-now]
 
 Takes the same arguments as ``streamshift stream``.
 """

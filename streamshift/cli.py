@@ -432,9 +432,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_submit_args(args: argparse.Namespace) -> int:
+    import shlex
+
     from streamshift.spark import submit_args
 
-    print(" ".join(submit_args(load_settings())))
+    # Quoted for the shell: the drivers' JVM options hold spaces (use it through eval).
+    print(shlex.join(submit_args(load_settings(), batch=args.batch)))
     return 0
 
 
@@ -463,7 +466,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "spark-submit-args",
-        help="print the spark-submit options (jars, Delta, settings) for spark_jobs/ and streaming/",
+        help="print the spark-submit options (jars, Delta, settings) for spark_jobs/ and "
+        'streaming/, quoted for the shell: eval spark-submit "$(streamshift spark-submit-args '
+        '--batch)" spark_jobs/eod.py ...',
+    )
+    p.add_argument(
+        "--batch",
+        action="store_true",
+        help="for a job of spark_jobs/: its driver with STREAMSHIFT_SPARK_BATCH_JAVA_OPTIONS, as "
+        "the DAGs submit it (streaming/ keeps the JVM's default collector)",
     )
     p.set_defaults(handler=_cmd_submit_args)
 

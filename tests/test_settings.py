@@ -109,3 +109,22 @@ def test_batch_jobs_drivers_get_their_options_unless_the_environment_picks_a_col
         assert driver(batch=True).endswith(" -XX:+UseParallelGC -Xss4m")
         assert "-Xss4m" not in driver()  # the stream's driver keeps the JVM's default
         assert "-Duser.timezone=UTC" in driver() and "-Duser.timezone=UTC" in driver(batch=True)
+
+
+def test_spark_submit_args_survive_the_shell(capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The drivers' JVM options hold spaces: the printed arguments, split the way ``eval``
+    splits them, are exactly the deployment's, the batch job's options included."""
+    import shlex
+
+    from streamshift.cli import main
+    from streamshift.spark import submit_args
+
+    monkeypatch.delenv("SPARK_SUBMIT_OPTS", raising=False)
+    monkeypatch.delenv("JAVA_TOOL_OPTIONS", raising=False)
+    for flag, batch in (([], False), (["--batch"], True)):
+        assert main(["spark-submit-args", *flag]) == 0
+        printed = shlex.split(capsys.readouterr().out)
+        assert printed == submit_args(load_settings(), batch=batch)
+        driver = next(a for a in printed if a.startswith("spark.driver.extraJavaOptions="))
+        assert ("-XX:+UseParallelGC" in driver.split()) is batch
+        assert "-Duser.timezone=UTC" in driver.split()
