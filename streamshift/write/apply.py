@@ -352,7 +352,15 @@ def _apply_accepted(
                 steps.submit("history", _insert_history, spark, flow, versions, tables, new)
             touched = {tuple(r[c] for c in group_columns) for r in [*known, *incoming]}
         else:
-            steps.submit("history", _merge_history, spark, flow, versions, tables, key_range)
+            steps.submit(
+                "history",
+                _merge_history,
+                spark,
+                flow,
+                versions,
+                tables,
+                _within(f"t.{key}", key_range),
+            )
             touched = steps.run(
                 "touched", _touched_groups, spark, flow, versions, tables, group_columns, key_range
             )
@@ -464,17 +472,21 @@ def _within(column: str, key_range: tuple[object, object]) -> Column:
 
 
 def _merge_history(
-    spark: SparkSession,
-    flow: Flow,
-    versions: DataFrame,
-    tables: LayerTables,
-    key_range: tuple[object, object],
+    spark: SparkSession, flow: Flow, versions: DataFrame, tables: LayerTables, narrowed: Column
 ) -> None:
-    """Step 3 for a large batch: every accepted version, once (insert-only MERGE)."""
+    """Step 3: every accepted version, once (insert-only MERGE on key and version).
+
+    ``narrowed`` limits the history the MERGE reads to what the versions can match (a key
+    range, or the keys and dates of a small batch): a join on the key implies it, and Delta
+    skips every file outside it. Not a plain append, which is blind: two writers holding the
+    same version (in stage ``stream`` the EOD correction and the stream job) would both add
+    it. The MERGE reads the files it could match, so Delta refuses the second commit and the
+    apply runs again.
+    """
     from delta.tables import DeltaTable
 
     key, version = flow.key, flow.version
-    on = F.expr(f"t.{key} = s.{key} AND t.{version} = s.{version}") & _within(f"t.{key}", key_range)
+    on = F.expr(f"t.{key} = s.{key} AND t.{version} = s.{version}") & narrowed
     (
         DeltaTable.forPath(spark, tables.history)
         .alias("t")
@@ -487,15 +499,8 @@ def _merge_history(
 def _insert_history(
     spark: SparkSession, flow: Flow, versions: DataFrame, tables: LayerTables, new: list[Row]
 ) -> None:
-    """Step 3 for a small batch: insert the versions history did not hold when it was read.
-
-    An insert-only MERGE on the new versions' keys and dates, not a plain append: a plain
-    append is blind, so two writers holding the same version (in stage ``stream`` the EOD
-    correction and the stream job) would both add it. The MERGE reads those keys in those
-    dates' partitions, so Delta refuses the second commit and the apply runs again.
-    """
-    from delta.tables import DeltaTable
-
+    """Step 3 for a small batch: the versions history did not hold when it was read, MERGEd
+    on their keys and dates only."""
     key, version, bd = flow.key, flow.version, flow.business_date
     wanted = spark.createDataFrame(
         [(r[key], r[version]) for r in new], versions.select(key, version).schema
@@ -503,17 +508,8 @@ def _insert_history(
     rows = versions.join(F.broadcast(wanted), [key, version], "left_semi")
     keys = sorted({r[key] for r in new})
     dates = sorted({r[bd] for r in new})
-    on = (
-        f"t.{key} = s.{key} AND t.{version} = s.{version} AND "
-        f"{_in_list(f't.{bd}', dates)} AND {_in_list(f't.{key}', keys)}"
-    )
-    (
-        DeltaTable.forPath(spark, tables.history)
-        .alias("t")
-        .merge(rows.alias("s"), on)
-        .whenNotMatchedInsertAll()
-        .execute()
-    )
+    narrowed = F.expr(f"{_in_list(f't.{bd}', dates)} AND {_in_list(f't.{key}', keys)}")
+    _merge_history(spark, flow, rows, tables, narrowed)
 
 
 def _history_of(
