@@ -46,7 +46,7 @@ def main() -> int:
         parser.error("--days must be at least 2 (the ratio is last day ÷ second day)")
     work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
     flow = get_flow("trades")
-    spark = get_spark(load_settings(home=work / "spark"), app_name="bench-eod-days", batch=True)
+    spark = get_spark(load_settings(home=work / "spark"), app_name="bench-eod-days")
     warm_day = FIRST_DAY - dt.timedelta(days=30)
     warm = generate_day(warm_day, 10_000, work / "warm-up", seed=4, progress=False)
     print("[bench] warm-up: one small load elsewhere", flush=True)

@@ -76,8 +76,8 @@ def main() -> int:
     flow = get_flow("trades")
     print(f"[bench] generating {args.trades} trades in {work}", flush=True)
     files = generate_day(DAY, args.trades, work / "files", seed=3)
-    # A batch job's driver, as the EOD DAG submits it (STREAMSHIFT_SPARK_BATCH_JAVA_OPTIONS).
-    spark = get_spark(load_settings(home=work / "home-0"), app_name="bench-eod-load", batch=True)
+    # The driver as the EOD DAG submits it (STREAMSHIFT_SPARK_DRIVER_JAVA_OPTIONS).
+    spark = get_spark(load_settings(home=work / "home-0"), app_name="bench-eod-load")
     warm = generate_day(DAY, min(10_000, args.trades), work / "warm-up", seed=4, progress=False)
     print("[bench] warm-up: one small load of each side", flush=True)
     run_eod(

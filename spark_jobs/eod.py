@@ -1,6 +1,6 @@
 """spark-submit entry point for EOD loads: the same arguments as `streamshift eod`.
 
-    eval spark-submit "$(streamshift spark-submit-args --batch)" spark_jobs/eod.py \\
+    eval spark-submit "$(streamshift spark-submit-args)" spark_jobs/eod.py \\
         --flow <flow> --date 2026-11-20 --file <flow>_eod_2026-11-20.csv [--replace]
 """
 

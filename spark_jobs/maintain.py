@@ -1,6 +1,6 @@
 """spark-submit entry point for table upkeep: the same arguments as `streamshift maintain`.
 
-eval spark-submit "$(streamshift spark-submit-args --batch)" spark_jobs/maintain.py --flow <flow>
+eval spark-submit "$(streamshift spark-submit-args)" spark_jobs/maintain.py --flow <flow>
 """
 
 from __future__ import annotations

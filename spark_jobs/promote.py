@@ -1,6 +1,6 @@
 """spark-submit entry point for a stage change: the same arguments as `streamshift promote`.
 
-    eval spark-submit "$(streamshift spark-submit-args --batch)" spark_jobs/promote.py \\
+    eval spark-submit "$(streamshift spark-submit-args)" spark_jobs/promote.py \\
         --flow <flow> --to stream --by alice
 """
 

@@ -1,6 +1,6 @@
 """spark-submit entry point for reconciliation: the same arguments as `streamshift reconcile`.
 
-    eval spark-submit "$(streamshift spark-submit-args --batch)" spark_jobs/reconcile.py \\
+    eval spark-submit "$(streamshift spark-submit-args)" spark_jobs/reconcile.py \\
         --flow <flow> --date 2026-11-20 [--against clearing.csv] [--eod-file eod.csv] \\
         [--correct] [--fail-on-breaks]
 """

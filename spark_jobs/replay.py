@@ -1,6 +1,6 @@
 """spark-submit entry point for Kafka replays: the same arguments as `streamshift replay`.
 
-    eval spark-submit "$(streamshift spark-submit-args --batch)" spark_jobs/replay.py \\
+    eval spark-submit "$(streamshift spark-submit-args)" spark_jobs/replay.py \\
         --flow <flow> --from 2026-11-20T00:00:00Z --to 2026-11-21T00:00:00Z --into stream
 """
 

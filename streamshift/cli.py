@@ -129,17 +129,15 @@ def _date(text: str) -> dt.date:
         raise argparse.ArgumentTypeError(f"{text!r} is not a date; use YYYY-MM-DD") from None
 
 
-def _spark(flow_name: str, *, batch: bool = True):  # type: ignore[no-untyped-def]
-    """(settings, spark, flow) for a command that needs Spark; says what Spark it runs on.
-    ``batch``: all but the always-on jobs (stream, serve), whose driver keeps the JVM's
-    default collector for its short pauses."""
+def _spark(flow_name: str):  # type: ignore[no-untyped-def]
+    """(settings, spark, flow) for a command that needs Spark; says what Spark it runs on."""
     from streamshift.core.registry import get_flow
     from streamshift.spark import describe_session, get_spark
 
     settings = load_settings()
     flow = get_flow(flow_name)
     print("starting Spark ...", file=sys.stderr, flush=True)
-    spark = get_spark(settings, app_name=f"streamshift-{flow_name}", batch=batch)
+    spark = get_spark(settings, app_name=f"streamshift-{flow_name}")
     print(describe_session(spark), file=sys.stderr, flush=True)
     return settings, spark, flow
 
@@ -372,7 +370,7 @@ def _cmd_stream(args: argparse.Namespace) -> int:
     from streamshift.jobs.stream import run_stream
 
     lower_priority(load_settings().stream_nice)  # before the JVM starts: it inherits it
-    settings, spark, flow = _spark(args.flow, batch=False)
+    settings, spark, flow = _spark(args.flow)
     run = run_stream(
         spark,
         settings,
@@ -401,7 +399,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     view = additive_view(flow, args.view)
     check_checkpoint(checkpoint_path(load_settings(), flow, view, args.engine), args.engine)
     ensure_worker_python()
-    settings, spark, flow = _spark(args.flow, batch=False)
+    settings, spark, flow = _spark(args.flow)
     run = run_serve(
         spark,
         settings,
@@ -437,7 +435,7 @@ def _cmd_submit_args(args: argparse.Namespace) -> int:
     from streamshift.spark import submit_args
 
     # Quoted for the shell: the drivers' JVM options hold spaces (use it through eval).
-    print(shlex.join(submit_args(load_settings(), batch=args.batch)))
+    print(shlex.join(submit_args(load_settings())))
     return 0
 
 
@@ -467,14 +465,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "spark-submit-args",
         help="print the spark-submit options (jars, Delta, settings) for spark_jobs/ and "
-        'streaming/, quoted for the shell: eval spark-submit "$(streamshift spark-submit-args '
-        '--batch)" spark_jobs/eod.py ...',
-    )
-    p.add_argument(
-        "--batch",
-        action="store_true",
-        help="for a job of spark_jobs/: its driver with STREAMSHIFT_SPARK_BATCH_JAVA_OPTIONS, as "
-        "the DAGs submit it (streaming/ keeps the JVM's default collector)",
+        'streaming/, quoted for the shell: eval spark-submit "$(streamshift spark-submit-args)" '
+        "spark_jobs/eod.py ...",
     )
     p.set_defaults(handler=_cmd_submit_args)
 

@@ -67,28 +67,28 @@ def deployment_conf(settings: Settings) -> dict[str, str]:
 _PICKS_A_COLLECTOR = re.compile(r"-XX:\+Use\w+GC\b")
 
 
-def batch_java_options(settings: Settings, environ: Mapping[str, str] | None = None) -> str:
-    """``STREAMSHIFT_SPARK_BATCH_JAVA_OPTIONS`` for a batch job's driver, without the collector
+def driver_java_options(settings: Settings, environ: Mapping[str, str] | None = None) -> str:
+    """``STREAMSHIFT_SPARK_DRIVER_JAVA_OPTIONS`` for a driver, without the collector
     it picks when the environment's JVM options pick one already (the JVM refuses to start
     with two: the tests run every JVM with the serial collector)."""
     environ = os.environ if environ is None else environ
-    options = settings.spark_batch_java_options.split()
+    options = settings.spark_driver_java_options.split()
     chosen = " ".join(environ.get(n, "") for n in ("SPARK_SUBMIT_OPTS", "JAVA_TOOL_OPTIONS"))
     if _PICKS_A_COLLECTOR.search(chosen):
         options = [o for o in options if not _PICKS_A_COLLECTOR.fullmatch(o)]
     return " ".join(options)
 
 
-def submit_conf(settings: Settings, *, batch: bool = False) -> dict[str, str]:
-    """``--conf`` values a submission carries besides master and jars (JVM in UTC, quiet logs);
-    ``batch``: a batch job's, its driver with ``STREAMSHIFT_SPARK_BATCH_JAVA_OPTIONS``."""
+def submit_conf(settings: Settings) -> dict[str, str]:
+    """``--conf`` values a submission carries besides master and jars (JVM in UTC, quiet logs,
+    the driver with ``STREAMSHIFT_SPARK_DRIVER_JAVA_OPTIONS``)."""
     from streamshift.local.cds import driver_options
 
     log4j = settings.jars_dir / "log4j2-spark.properties"
     java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Duser.timezone=UTC"
     # The driver maps the classes scripts/setup archived (streamshift.local.cds); an
     # executor's JVM has another classpath, so it could not use them.
-    driver = [java_opts, driver_options(settings), batch_java_options(settings) if batch else ""]
+    driver = [java_opts, driver_options(settings), driver_java_options(settings)]
     return {
         **deployment_conf(settings),
         "spark.driver.extraJavaOptions": " ".join(o for o in driver if o),
@@ -115,15 +115,13 @@ def tuning_conf(settings: Settings) -> dict[str, str]:
     }
 
 
-def local_conf(
-    settings: Settings, app_name: str = "streamshift", *, batch: bool = False
-) -> dict[str, str]:
+def local_conf(settings: Settings, app_name: str = "streamshift") -> dict[str, str]:
     """The ``local`` profile: the whole configuration of a one-machine Spark."""
     return {
         "spark.app.name": app_name,
         "spark.master": settings.spark_master,
         "spark.jars": ",".join(jars(settings)),
-        **submit_conf(settings, batch=batch),
+        **submit_conf(settings),
         **tuning_conf(settings),
         "spark.driver.memory": settings.spark_driver_memory,
         "spark.driver.host": "127.0.0.1",
@@ -132,9 +130,7 @@ def local_conf(
     }
 
 
-def submitted_conf(
-    settings: Settings, app_name: str = "streamshift", *, batch: bool = False
-) -> dict[str, str]:
+def submitted_conf(settings: Settings, app_name: str = "streamshift") -> dict[str, str]:
     """The ``submitted`` profile: nothing spark-submit decides (master, jars, resources, the
     driver's JVM options: its JVM is running already)."""
     return deployment_conf(settings)
@@ -155,12 +151,8 @@ def get_spark(
     settings: Settings | None = None,
     app_name: str = "streamshift",
     profile: str | None = None,
-    *,
-    batch: bool = False,
 ) -> SparkSession:
-    """Get or create the SparkSession of ``profile`` (default: :func:`active_profile`);
-    ``batch``: for a batch job, whose driver (when this process starts it) gets
-    ``STREAMSHIFT_SPARK_BATCH_JAVA_OPTIONS``."""
+    """Get or create the SparkSession of ``profile`` (default: :func:`active_profile`)."""
     from pyspark.sql import SparkSession
 
     settings = settings or load_settings()
@@ -169,7 +161,7 @@ def get_spark(
         # Bind everything to loopback; without it Spark picks the first non-loopback interface.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder
-    for key, value in PROFILES[profile](settings, app_name, batch=batch).items():
+    for key, value in PROFILES[profile](settings, app_name).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -245,10 +237,9 @@ def describe_session(spark: SparkSession, profile: str | None = None) -> str:
     return f"Spark {spark.sparkContext.master} ({profile or active_profile()} profile)"
 
 
-def submit_args(settings: Settings, *, batch: bool = False) -> list[str]:
-    """spark-submit arguments of the local deployment: master, jars and the local tuning;
-    ``batch``: for a batch job (see :func:`submit_conf`)."""
-    conf = local_conf(settings, batch=batch)
+def submit_args(settings: Settings) -> list[str]:
+    """spark-submit arguments of the local deployment: master, jars and the local tuning."""
+    conf = local_conf(settings)
     args = ["--master", conf.pop("spark.master"), "--jars", conf.pop("spark.jars")]
     conf.pop("spark.app.name")
     for key, value in conf.items():

@@ -86,34 +86,35 @@ def test_lower_priority_raises_niceness_and_never_lowers_it() -> None:
     assert done.stdout.split() == ["7", "7", "7", "9"]
 
 
-def test_batch_jobs_drivers_get_their_options_unless_the_environment_picks_a_collector() -> None:
-    from streamshift.spark import batch_java_options, submit_conf
+def test_drivers_get_their_options_unless_the_environment_picks_a_collector() -> None:
+    from streamshift.spark import driver_java_options, submit_conf
 
     settings = load_settings({})
-    assert batch_java_options(settings, {}) == "-XX:+UseParallelGC"
+    assert driver_java_options(settings, {}) == "-XX:+UseParallelGC"
     # The JVM refuses two collectors: one picked by the environment wins, other options stay.
-    custom = load_settings({"STREAMSHIFT_SPARK_BATCH_JAVA_OPTIONS": "-XX:+UseParallelGC -Xss4m"})
+    custom = load_settings({"STREAMSHIFT_SPARK_DRIVER_JAVA_OPTIONS": "-XX:+UseParallelGC -Xss4m"})
     serial = {"SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
-    assert batch_java_options(custom, serial) == "-Xss4m"
-    assert batch_java_options(custom, {"JAVA_TOOL_OPTIONS": "-XX:+UseG1GC"}) == "-Xss4m"
+    assert driver_java_options(custom, serial) == "-Xss4m"
+    assert driver_java_options(custom, {"JAVA_TOOL_OPTIONS": "-XX:+UseG1GC"}) == "-Xss4m"
     assert (
-        batch_java_options(custom, {"SPARK_SUBMIT_OPTS": "-Xmx1g"}) == "-XX:+UseParallelGC -Xss4m"
+        driver_java_options(custom, {"SPARK_SUBMIT_OPTS": "-Xmx1g"}) == "-XX:+UseParallelGC -Xss4m"
     )
-
-    def driver(**kwargs: bool) -> str:
-        return submit_conf(custom, **kwargs)["spark.driver.extraJavaOptions"]
 
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("SPARK_SUBMIT_OPTS", raising=False)
         mp.delenv("JAVA_TOOL_OPTIONS", raising=False)
-        assert driver(batch=True).endswith(" -XX:+UseParallelGC -Xss4m")
-        assert "-Xss4m" not in driver()  # the stream's driver keeps the JVM's default
-        assert "-Duser.timezone=UTC" in driver() and "-Duser.timezone=UTC" in driver(batch=True)
+        driver = submit_conf(custom)["spark.driver.extraJavaOptions"]
+        assert driver.endswith(" -XX:+UseParallelGC -Xss4m")
+        assert "-Duser.timezone=UTC" in driver.split()
+        assert "-Xss4m" not in submit_conf(custom)["spark.executor.extraJavaOptions"]
+    # The name it had when it was for batch jobs alone is refused, not ignored.
+    with pytest.raises(SettingsError, match="unknown setting STREAMSHIFT_SPARK_BATCH_JAVA_OPTIONS"):
+        load_settings({"STREAMSHIFT_SPARK_BATCH_JAVA_OPTIONS": "-XX:+UseParallelGC"})
 
 
 def test_spark_submit_args_survive_the_shell(capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The drivers' JVM options hold spaces: the printed arguments, split the way ``eval``
-    splits them, are exactly the deployment's, the batch job's options included."""
+    splits them, are exactly the deployment's, the driver's options included."""
     import shlex
 
     from streamshift.cli import main
@@ -121,10 +122,9 @@ def test_spark_submit_args_survive_the_shell(capsys, monkeypatch) -> None:  # ty
 
     monkeypatch.delenv("SPARK_SUBMIT_OPTS", raising=False)
     monkeypatch.delenv("JAVA_TOOL_OPTIONS", raising=False)
-    for flag, batch in (([], False), (["--batch"], True)):
-        assert main(["spark-submit-args", *flag]) == 0
-        printed = shlex.split(capsys.readouterr().out)
-        assert printed == submit_args(load_settings(), batch=batch)
-        driver = next(a for a in printed if a.startswith("spark.driver.extraJavaOptions="))
-        assert ("-XX:+UseParallelGC" in driver.split()) is batch
-        assert "-Duser.timezone=UTC" in driver.split()
+    assert main(["spark-submit-args"]) == 0
+    printed = shlex.split(capsys.readouterr().out)
+    assert printed == submit_args(load_settings())
+    driver = next(a for a in printed if a.startswith("spark.driver.extraJavaOptions="))
+    assert "-XX:+UseParallelGC" in driver.split()
+    assert "-Duser.timezone=UTC" in driver.split()

@@ -32,7 +32,7 @@ def test_spark_submit_master_wins_and_the_eod_job_loads(spark, tmp_path: Path, m
     home = tmp_path / "home"
     gc_log = tmp_path / "gc.log"
     settings = load_settings(
-        {}, home=home, spark_batch_java_options=f"-XX:+UseParallelGC -Xlog:gc:file={gc_log}"
+        {}, home=home, spark_driver_java_options=f"-XX:+UseParallelGC -Xlog:gc:file={gc_log}"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
     env.update(
@@ -45,12 +45,12 @@ def test_spark_submit_master_wins_and_the_eod_job_loads(spark, tmp_path: Path, m
     # The local deployment's arguments (jars, tuning), with spark-submit's own master: the
     # settings say local[*], spark-submit says local[1], and spark-submit must win.
     env["STREAMSHIFT_SPARK_MASTER"] = "local[*]"
-    # The suite's JVMs run the serial collector; this one runs as a batch job outside the suite
+    # The suite's JVMs run the serial collector; this one runs as a job outside the suite does
     # (the options are chosen against the environment the job is submitted from).
     opts = os.environ.get("SPARK_SUBMIT_OPTS", "").replace("-XX:+UseSerialGC", "")
     monkeypatch.setenv("SPARK_SUBMIT_OPTS", opts)
     env["SPARK_SUBMIT_OPTS"] = opts
-    args = submit_args(settings, batch=True)
+    args = submit_args(settings)
     args[args.index("--master") + 1] = "local[1]"
     done = subprocess.run(
         [
@@ -76,7 +76,7 @@ def test_spark_submit_master_wins_and_the_eod_job_loads(spark, tmp_path: Path, m
     spark_lines = [line for line in output.splitlines() if line.startswith("Spark ")]
     assert spark_lines == ["Spark local[1] (submitted profile)"], output[-3000:]
     assert "accepted" in done.stdout
-    # The driver ran with the batch jobs' collector (the JVM's default here is G1).
+    # The driver ran with the configured collector (the JVM's default here is G1).
     assert "Using Parallel" in gc_log.read_text()
 
     # The load happened: every trade of the file is live in the batch layer's current state.

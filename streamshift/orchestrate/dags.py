@@ -70,11 +70,10 @@ class StreamshiftSparkSubmitOperator(SparkSubmitOperator):
 def _spark_kwargs(
     task_id: str, application: str, settings: Settings, doc: str, **extra: Any
 ) -> dict[str, Any]:
-    """A Spark job through ``spark_default``: jars and the deployment's conf, never a master;
-    every DAG's Spark job is a batch job (the stream runs under the supervisor, not a task)."""
+    """A Spark job through ``spark_default``: jars and the deployment's conf, never a master."""
     from streamshift.spark import submit_conf, tuning_conf
 
-    conf = {**submit_conf(settings, batch=True), **tuning_conf(settings)}
+    conf = {**submit_conf(settings), **tuning_conf(settings)}
     return {
         "task_id": task_id,
         "conn_id": "spark_default",
