@@ -231,3 +231,61 @@ def test_two_writers_carrying_the_same_versions_at_once_store_each_version_once(
     )
     assert current(spark, target)["a"] == (4, D2, FLOWB, 4, False)
     assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (4 + 100 + 3 * 100, 5)}
+
+
+def test_a_new_days_views_come_from_the_batch_unless_another_writer_commits_meanwhile(  # type: ignore[no-untyped-def]
+    spark, target, monkeypatch
+) -> None:
+    """A large batch into a date current state never held recomputes its views from the rows
+    the apply holds, not from the files it just wrote. Should another writer commit to current
+    state before those views are in (its own views may land first), the groups are recomputed
+    from the table, so the view ends as a full recompute of current state says."""
+    from streamshift.write import apply as apply_module
+
+    monkeypatch.setattr(apply_module, "PRUNE_KEYS_BELOW", 0)  # the path of a day's file
+    merges: list[str] = []
+    real_merge_view = apply_module._merge_view
+
+    def merge_view(spark_, view, live, *args):  # type: ignore[no-untyped-def]
+        merges.append(view.name)
+        return real_merge_view(spark_, view, live, *args)
+
+    monkeypatch.setattr(apply_module, "_merge_view", merge_view)
+    day1 = [trade(f"t{i}", 1, date=D1, quantity=10 + i) for i in range(4)]
+    apply_changes(FLOW, frame(spark, day1), "eod", target)
+    assert len(merges) == 1  # the batch's own rows: one recompute
+    assert positions(spark, target) == {(D1, FLOWB, "AAPL"): (10 + 11 + 12 + 13, 4)}
+
+    # Day 2: while its views are being computed from the batch, the stream amends one of its
+    # trades and cancels another, views and all.
+    import threading
+
+    day2 = [trade(f"u{i}", 1, quantity=100 + i) for i in range(4)]
+    interfered: list[bool] = []
+    history_in = threading.Event()  # the stream's history write must not race day 2's
+    real_merge_history = apply_module._merge_history
+
+    def merge_history(*args):  # type: ignore[no-untyped-def]
+        real_merge_history(*args)
+        history_in.set()
+
+    def interfering_merge_view(spark_, view, live, *args):  # type: ignore[no-untyped-def]
+        if not interfered:
+            interfered.append(True)
+            assert history_in.wait(120)
+            stream = [trade("u0", 2, event="AMEND", quantity=7), trade("u1", 2, event="CANCEL")]
+            apply_changes(FLOW, frame(spark, stream), "stream", target)
+        return merge_view(spark_, view, live, *args)
+
+    merges.clear()
+    monkeypatch.setattr(apply_module, "_merge_history", merge_history)
+    monkeypatch.setattr(apply_module, "_merge_view", interfering_merge_view)
+    apply_changes(FLOW, frame(spark, day2), "eod", target)
+    version, _, _, quantity, _ = current(spark, target)["u0"]
+    assert (version, quantity) == (2, 7)
+    assert positions(spark, target) == {
+        (D1, FLOWB, "AAPL"): (46, 4),
+        (D2, FLOWB, "AAPL"): (7 + 102 + 103, 3),
+    }
+    # ours from the batch, the stream's, ours again from the table
+    assert len(merges) == 3
