@@ -289,3 +289,56 @@ def test_a_new_days_views_come_from_the_batch_unless_another_writer_commits_mean
     }
     # ours from the batch, the stream's, ours again from the table
     assert len(merges) == 3
+
+
+def test_a_large_batch_counts_what_a_small_one_counts_and_writes_the_same(  # type: ignore[no-untyped-def]
+    spark, tmp_path, monkeypatch
+) -> None:
+    """A large batch takes its dates, key range and counts from the counting pass over the
+    apply's frame rather than from the collected keys; both paths give the same result and
+    the same tables, late keys counted once per closed date they have versions in."""
+    import datetime as dt
+
+    from streamshift.write import apply as apply_module
+    from streamshift.write.target import load_reference
+
+    monkeypatch.setattr(Target, "closed_dates", lambda self: {dt.date.fromisoformat(D1)})
+    rows = [
+        trade("a", 1, date=D1),
+        trade("a", 2, event="AMEND", date=D2, quantity=5),  # a key with versions on two dates
+        trade("b", 1, date=D1, book=DELTA1),
+        trade("b", 1, date=D1, book=DELTA1, ref="again:b:1"),  # delivered twice
+        trade("c", 1, quantity=7),
+        trade("d", 1, quantity=-5),  # quantity_positive
+        trade("e", 1, date=D1, quantity=-1),  # quantity_positive, another date
+        trade("f", 1, side="HOLD"),  # known_side
+    ]
+    outcomes = {}
+    for path, below in (("small", 2_000), ("large", 0)):
+        monkeypatch.setattr(apply_module, "PRUNE_KEYS_BELOW", below)
+        target = Target(
+            spark, FLOW, LayerTables(tmp_path / path, FLOW, "batch"), load_reference(spark, FLOW)
+        )
+        result = apply_changes(FLOW, frame(spark, rows), "test", target)
+        outcomes[path] = (
+            result.received,
+            result.accepted,
+            result.rejected,
+            result.rejected_by_rule,
+            result.late,
+            result.applied,
+            result.touched_groups,
+            current(spark, target),
+            history(spark, target),
+            positions(spark, target),
+        )
+    assert outcomes["small"] == outcomes["large"]
+    assert outcomes["large"][:7] == (
+        8,
+        5,
+        3,
+        {"quantity_positive": 2, "known_side": 1},
+        2,  # a and b on the closed date
+        3,
+        {"positions": 3},
+    )

@@ -219,17 +219,36 @@ def _apply_once(
     try:
         result = ApplyResult()
         timer = _Timer(on_step)
+        # One pass over the persisted frame counts the rows by rule and, per view group (of
+        # which the business date is part), the accepted versions, the keys (one latest row
+        # each) and the range they span.
+        first, key = F.col(FIRST_VERSION), F.col(flow.key)
+        rule = F.try_element_at(F.col(FAILED), F.lit(1))
         counts = (
-            checked.groupBy(F.try_element_at(F.col(FAILED), F.lit(1)).alias("rule"))
-            .count()
+            checked.groupBy(
+                rule.alias("rule"),
+                *(F.when(rule.isNull(), F.col(c)).alias(c) for c in _group_columns(flow)),
+            )
+            .agg(
+                F.count(F.lit(1)).alias("count"),
+                F.count_if(first).alias("versions"),
+                F.count_if(F.col(LATEST_VERSION)).alias("keys"),
+                F.min(F.when(first, key)).alias("low"),
+                F.max(F.when(first, key)).alias("high"),
+            )
             .collect()
         )
+        by_group: list[Row] = []
         for row in counts:
             result.received += row["count"]
             if row["rule"] is None:
                 result.accepted += row["count"]
+                if row["versions"]:
+                    by_group.append(row)
             else:
-                result.rejected_by_rule[row["rule"]] = row["count"]
+                result.rejected_by_rule[row["rule"]] = (
+                    result.rejected_by_rule.get(row["rule"], 0) + row["count"]
+                )
                 result.rejected += row["count"]
         timer.lap("validate")
         with _Steps(timer) as steps:
@@ -244,7 +263,7 @@ def _apply_once(
                     batch_id,
                 )
             if result.accepted:
-                _apply_accepted(spark, flow, checked, target, result, closing_date, steps)
+                _apply_accepted(spark, flow, checked, by_group, target, result, closing_date, steps)
         result.seconds_by_step = timer.steps
         return result
     finally:
@@ -282,6 +301,7 @@ def _apply_accepted(
     spark: SparkSession,
     flow: Flow,
     checked: DataFrame,
+    by_group: list[Row],
     target: Target,
     result: ApplyResult,
     closing_date: dt.date | None,
@@ -302,7 +322,7 @@ def _apply_accepted(
     """
     tables = target.tables
     key, version, bd = flow.key, flow.version, flow.business_date
-    group_columns = sorted({bd} | {c for v in flow.views for c in v.group_key})
+    group_columns = _group_columns(flow)
     small = result.accepted < PRUNE_KEYS_BELOW
     plans = ExitStack()
     # Both read the apply's persisted frame: no shuffle of their own.
@@ -314,22 +334,15 @@ def _apply_accepted(
             pairs = {(r[key], r[bd]) for r in incoming}
             keys = sorted({k for k, _ in pairs})
             keys_by_date = Counter(d for _, d in pairs)
+            incoming_dates = sorted(keys_by_date)
         else:
-            # A large batch's keys stay in Spark: per date, how many distinct keys, and the
-            # range they span (what the history reads below can skip files by).
+            # A large batch's keys stay in Spark; the counting pass gave its groups and dates,
+            # how many keys it holds and the range they span (what the history reads below
+            # can skip files by).
             incoming, keys = [], []
-            by_date = (
-                versions.groupBy(bd)
-                .agg(
-                    F.count_distinct(key).alias("keys"),
-                    F.min(key).alias("low"),
-                    F.max(key).alias("high"),
-                )
-                .collect()
-            )
-            keys_by_date = Counter({r[bd]: r["keys"] for r in by_date})
-            key_range = (min(r["low"] for r in by_date), max(r["high"] for r in by_date))
-        incoming_dates = sorted(keys_by_date)
+            own_groups = {tuple(r[c] for c in group_columns) for r in by_group}
+            incoming_dates = sorted({r[bd] for r in by_group})
+            key_range = (min(r["low"] for r in by_group), max(r["high"] for r in by_group))
         if small:  # and the dates' current state is small: no generated code
             plans.enter_context(
                 when_small([target], incoming_dates, sessions=[checked.sparkSession])
@@ -342,7 +355,11 @@ def _apply_accepted(
             steps.submit("late", _append_late, spark, flow, tables, incoming, late_dates)
         elif late_dates:
             steps.submit("late", _record_late, spark, flow, versions, tables, late_dates)
-        result.late = sum(keys_by_date[d] for d in late_dates)
+        if small:
+            result.late = sum(keys_by_date[d] for d in late_dates)
+        elif late_dates:  # the keys of each late date (a key may have versions in several)
+            late_keys = versions.where(_in_list(bd, late_dates)).select(key, bd).distinct()
+            result.late = late_keys.count()
 
         if small:
             known = steps.run("touched", _history_of, spark, flow, tables, keys, group_columns)
@@ -362,7 +379,16 @@ def _apply_accepted(
                 _within(f"t.{key}", key_range),
             )
             touched = steps.run(
-                "touched", _touched_groups, spark, flow, versions, tables, group_columns, key_range
+                "touched",
+                _touched_groups,
+                spark,
+                flow,
+                versions,
+                own_groups,
+                tables,
+                group_columns,
+                key_range,
+                target.current_bytes(incoming_dates) == 0,
             )
         date_at = group_columns.index(bd)
         touched_dates = sorted({g[date_at] for g in touched} | set(incoming_dates))
@@ -387,7 +413,7 @@ def _apply_accepted(
             tables,
             date_filter,
             _in_list(f"t.{key}", keys) if small else "true",
-            sum(keys_by_date.values()) if seen_empty_at is not None else None,
+            sum(r["keys"] for r in by_group) if seen_empty_at is not None else None,
         )
         result.applied = counts.get("num_inserted_rows", 0) + counts.get("num_updated_rows", 0)
 
@@ -481,6 +507,11 @@ class _Steps:
             self._futures[name].result()
 
 
+def _group_columns(flow: Flow) -> list[str]:
+    """The columns that name a group of any of the flow's views, and the business date."""
+    return sorted({flow.business_date} | {c for v in flow.views for c in v.group_key})
+
+
 def _within(column: str, key_range: tuple[object, object]) -> Column:
     """``column`` inside a batch's key range: implied by a join on the key, and what lets Delta
     skip every file whose key statistics lie outside it. Keys that grow with time (ids that
@@ -555,22 +586,27 @@ def _touched_groups(
     spark: SparkSession,
     flow: Flow,
     versions: DataFrame,
+    own_groups: set[tuple[object, ...]],
     tables: LayerTables,
     group_columns: list[str],
     key_range: tuple[object, object],
+    new_dates: bool,
 ) -> set[tuple[object, ...]]:
-    """A large batch's touched groups: those of its versions and of its keys' history."""
+    """A large batch's touched groups: its versions' own (``own_groups``, from the counting
+    pass) and those of its keys' history.
+
+    ``new_dates``: current state holds nothing for the batch's dates (a new day's file, a
+    first batch), so its keys may well be new to history too: then history is first asked
+    whether it holds anything in the key range, which Delta answers from the files' key
+    statistics. A later batch of a day skips that question (its keys have been seen)."""
     key = flow.key
-    own = versions.select(*group_columns)
     stored = read(spark, tables.history).where(_within(key, key_range))
-    if stored.isEmpty():
-        # History holds nothing in the batch's key range (a new day whose keys carry their
-        # date; a first load): Delta answers from the files' key statistics, and the groups
-        # are the batch's own, without the distinct of a million keys for the join.
-        return {tuple(r) for r in own.distinct().collect()}
+    if new_dates and stored.isEmpty():
+        # Nothing stored in the range: the groups are the batch's own, without the distinct
+        # of a million keys for the join.
+        return set(own_groups)
     known = stored.join(versions.select(key).distinct(), key, "left_semi")
-    rows = known.select(*group_columns).unionByName(own).distinct().collect()
-    return {tuple(r) for r in rows}
+    return own_groups | {tuple(r) for r in known.select(*group_columns).distinct().collect()}
 
 
 def _merge_current(
