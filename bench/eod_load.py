@@ -96,7 +96,7 @@ def main() -> int:
         steps = ", ".join(f"{k} {v:.1f}" for k, v in result.apply.seconds_by_step.items())
         print(
             f"[bench] streamshift load {i + 1}: {ours[-1]:.1f}s ({result.describe()}); "
-            f"steps (s, side steps overlap): {steps}",
+            f"steps (s, side steps overlap): {steps}; views from the {result.apply.views_from}",
             flush=True,
         )
 

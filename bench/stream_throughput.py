@@ -167,7 +167,11 @@ def main() -> int:
             )  # fmt: skip
             for batch_id, result in sorted(run.totals.last.items()):
                 steps = ", ".join(f"{k} {v:.1f}s" for k, v in result.seconds_by_step.items())
-                print(f"[bench] batch {batch_id}: {result.received} events ({steps})", flush=True)
+                print(
+                    f"[bench] batch {batch_id}: {result.received} events ({steps}; "
+                    f"views from the {result.views_from})",
+                    flush=True,
+                )
             print(f"[bench] pipeline: {run.describe()}", flush=True)
         served = None
         if not args.no_serving:

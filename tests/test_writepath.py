@@ -252,7 +252,7 @@ def test_a_new_days_views_come_from_the_batch_unless_another_writer_commits_mean
 
     monkeypatch.setattr(apply_module, "_merge_view", merge_view)
     day1 = [trade(f"t{i}", 1, date=D1, quantity=10 + i) for i in range(4)]
-    apply_changes(FLOW, frame(spark, day1), "eod", target)
+    assert apply_changes(FLOW, frame(spark, day1), "eod", target).views_from == "batch"
     assert len(merges) == 1  # the batch's own rows: one recompute
     assert positions(spark, target) == {(D1, FLOWB, "AAPL"): (10 + 11 + 12 + 13, 4)}
 
@@ -280,7 +280,8 @@ def test_a_new_days_views_come_from_the_batch_unless_another_writer_commits_mean
     merges.clear()
     monkeypatch.setattr(apply_module, "_merge_history", merge_history)
     monkeypatch.setattr(apply_module, "_merge_view", interfering_merge_view)
-    apply_changes(FLOW, frame(spark, day2), "eod", target)
+    second = apply_changes(FLOW, frame(spark, day2), "eod", target)
+    assert second.views_from == "batch, then table"
     version, _, _, quantity, _ = current(spark, target)["u0"]
     assert (version, quantity) == (2, 7)
     assert positions(spark, target) == {
@@ -289,6 +290,26 @@ def test_a_new_days_views_come_from_the_batch_unless_another_writer_commits_mean
     }
     # ours from the batch, the stream's, ours again from the table
     assert len(merges) == 3
+
+    # Day 3: the stream adds a trade of its own to the new date after this apply has seen
+    # the date empty and before its current-state MERGE, which still inserts every key of the
+    # batch. The log's version says another commit came between: views from the table.
+    D3 = "2026-11-21"
+    real_touched = apply_module._touched_groups
+
+    def interfering_touched(*args):  # type: ignore[no-untyped-def]
+        if not interfered[1:]:  # once (the stream's own apply comes through here too)
+            interfered.append(True)
+            stream = [trade("s0", 1, date=D3, quantity=1000)]
+            apply_changes(FLOW, frame(spark, stream), "stream", target)
+        return real_touched(*args)
+
+    monkeypatch.setattr(apply_module, "_merge_view", real_merge_view)
+    monkeypatch.setattr(apply_module, "_touched_groups", interfering_touched)
+    day3 = [trade(f"w{i}", 1, date=D3, quantity=1 + i) for i in range(4)]
+    third = apply_changes(FLOW, frame(spark, day3), "eod", target)
+    assert (third.applied, third.views_from) == (4, "table")
+    assert positions(spark, target)[(D3, FLOWB, "AAPL")] == (1000 + 1 + 2 + 3 + 4, 5)
 
 
 def test_a_large_batch_counts_what_a_small_one_counts_and_writes_the_same(  # type: ignore[no-untyped-def]

@@ -339,6 +339,7 @@ class ProgressRecorder(StreamingQueryListener):
             "views_committed_at": result.views_committed_at if result else None,
             "seconds_by_step": result.seconds_by_step if result else None,
             "spark_jobs": result.spark_jobs if result else None,
+            "views_from": result.views_from if result else None,
             "accepted": result.accepted if result else None,
             "rejected": result.rejected if result else None,
             "late": result.late if result else None,

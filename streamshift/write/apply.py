@@ -107,6 +107,9 @@ class ApplyResult:
     seconds_by_step: dict[str, float] = field(default_factory=dict)
     views_committed_at: float | None = None  # wall clock when the views showed the changes
     spark_jobs: int | None = None  # Spark jobs the micro-batch ran (streaming only)
+    # What the views were recomputed from: "table" (current state as stored), "batch" (a new
+    # day's rows, held in memory), or "batch, then table" (another writer committed meanwhile).
+    views_from: str | None = None
 
     def describe(self) -> str:
         groups = ", ".join(f"{v} {k} groups" for k, v in self.touched_groups.items())
@@ -361,6 +364,7 @@ def _apply_accepted(
             late_keys = versions.where(_in_list(bd, late_dates)).select(key, bd).distinct()
             result.late = late_keys.count()
 
+        version_before, dates_were_empty = -1, False
         if small:
             known = steps.run("touched", _history_of, spark, flow, tables, keys, group_columns)
             stored = {(r[key], r[version]) for r in known}
@@ -369,6 +373,10 @@ def _apply_accepted(
                 steps.submit("history", _insert_history, spark, flow, versions, tables, new)
             touched = {tuple(r[c] for c in group_columns) for r in [*known, *incoming]}
         else:
+            # Current state's log version, taken before its dates are seen empty: later it
+            # tells whether this apply's commit was the only one since (the views' shortcut).
+            version_before = delta_log_version(spark, tables.current)
+            dates_were_empty = target.current_bytes(incoming_dates) == 0
             steps.submit(
                 "history",
                 _merge_history,
@@ -388,7 +396,7 @@ def _apply_accepted(
                 tables,
                 group_columns,
                 key_range,
-                target.current_bytes(incoming_dates) == 0,
+                dates_were_empty,
             )
         date_at = group_columns.index(bd)
         touched_dates = sorted({g[date_at] for g in touched} | set(incoming_dates))
@@ -397,13 +405,10 @@ def _apply_accepted(
         # A large batch for dates current state never held (a new day's EOD file): nothing
         # can match, so an insert-only MERGE does it (one anti-join, no source materialisation,
         # no rewrite); should another writer have added some of the keys meanwhile, the full
-        # MERGE follows for them. The log's version, taken before the dates are seen empty,
-        # tells later whether this apply's commit was the only one since.
+        # MERGE follows for them.
         seen_empty_at = None
-        if not small and set(touched_dates) == set(incoming_dates):
-            seen_empty_at = delta_log_version(spark, tables.current)
-            if target.current_bytes(touched_dates) > 0:
-                seen_empty_at = None
+        if not small and dates_were_empty and set(touched_dates) == set(incoming_dates):
+            seen_empty_at = version_before
         counts, inserted_only = steps.run(
             "current",
             _merge_current,
@@ -448,12 +453,15 @@ def _apply_accepted(
             # batch's latest rows, which the apply holds in memory, so the views are recomputed
             # from them rather than read back from the files just written (bench/eod_load.py).
             recompute_views(latest)
+            result.views_from = "batch"
             if not only_this_commit():
                 # Another writer committed meanwhile (its own views may have gone in before
                 # these): recompute the groups once more from the table.
                 recompute_views(stored)
+                result.views_from = "batch, then table"
         else:
             recompute_views(stored)
+            result.views_from = "table"
         result.views_committed_at = time.time()
     finally:
         steps.settle()  # the side steps read the persisted frame too
