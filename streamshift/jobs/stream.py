@@ -38,8 +38,8 @@ from streamshift.sources.events import (
     DECODE_ERROR,
     KAFKA_KEY,
     KAFKA_SOURCE,
+    KAFKA_TS,
     KAFKA_VALUE,
-    TRANSPORT_COLUMNS,
     UNDECODABLE_RULES,
     dlq_topic,
     topic_for,
@@ -71,6 +71,8 @@ def forward_undecodable(
     batch_label: str,
 ) -> int:
     """Send undecodable messages (raw bytes, original key) to ``dlq``; return how many.
+
+    ``decoded``: rows with ``decode``'s columns (the stream passes the apply's frame).
 
     Messages the quarantine already holds were forwarded by an earlier run of this batch and
     are skipped, so a replayed batch does not forward twice. (A crash between the forward and
@@ -204,40 +206,46 @@ def batch_writer(
         group = jobs.getLocalProperty("spark.jobGroup.id")
         before = set(jobs.statusTracker().getJobIdsForGroup(group)) if group else set()
         try:
-            started = time.perf_counter()
-            decoded = batch.transform(decode(flow)).persist()
-            try:
-                batch_label = f"{label}:{batch_id}"
-                dead = forward_undecodable(
-                    target.spark, settings, flow, target, decoded, dlq, batch_label
-                )
-                decode_seconds = time.perf_counter() - started
-                if on_step is not None:
-                    on_step(batch_id, "decode")
-                result = apply_changes(
-                    flow,
-                    decoded.drop(*TRANSPORT_COLUMNS),
-                    KAFKA_SOURCE,
-                    target,
-                    batch_id=batch_label,
-                    on_step=None if on_step is None else partial(on_step, batch_id),
-                )
-                result.seconds_by_step = {"decode": decode_seconds, **result.seconds_by_step}
-                every = settings.stream_quality_every
-                if every and batch_id % every == 0:
-                    from streamshift.quality.validate import sample_batch
+            # Not persisted: the apply's own frame is the batch's one cache (the decoded
+            # messages, cached as well, cost a third more of the batch: BENCHMARKS.md). Only
+            # undecodable messages keep their Kafka key, value and time, for the dead-letter
+            # topic, which gets them from the apply's frame before quarantine records them.
+            decoded = batch.transform(decode(flow))
+            undecodable = F.col(MALFORMED).isNotNull()
+            changes = decoded.withColumns(
+                {c: F.when(undecodable, F.col(c)) for c in (KAFKA_KEY, KAFKA_VALUE, KAFKA_TS)}
+            )
+            batch_label = f"{label}:{batch_id}"
+            dead = [0]
 
-                    totals.sampled[batch_id] = sample_batch(
-                        settings, flow, target.tables.layer, decoded, batch_id
-                    )
-                    for old in sorted(totals.sampled)[:-5]:
-                        del totals.sampled[old]
-                if group:
-                    ran = set(jobs.statusTracker().getJobIdsForGroup(group)) - before
-                    result.spark_jobs = len(ran)
-                totals.add(batch_id, result, dead)
-            finally:
-                decoded.unpersist()
+            def dead_letters(checked: DataFrame) -> None:
+                dead[0] = forward_undecodable(
+                    target.spark, settings, flow, target, checked, dlq, batch_label
+                )
+
+            result = apply_changes(
+                flow,
+                changes,
+                KAFKA_SOURCE,
+                target,
+                batch_id=batch_label,
+                on_step=None if on_step is None else partial(on_step, batch_id),
+                before_writes=("dead letters", dead_letters),
+            )
+            every = settings.stream_quality_every
+            if every and batch_id % every == 0:
+                from streamshift.quality.validate import sample_batch
+
+                # Reads the batch again (from Kafka): one batch in ``every``.
+                totals.sampled[batch_id] = sample_batch(
+                    settings, flow, target.tables.layer, decoded, batch_id
+                )
+                for old in sorted(totals.sampled)[:-5]:
+                    del totals.sampled[old]
+            if group:
+                ran = set(jobs.statusTracker().getJobIdsForGroup(group)) - before
+                result.spark_jobs = len(ran)
+            totals.add(batch_id, result, dead[0])
         except SystemExit as exc:
             # py4j answers the JVM only for an Exception: a SystemExit escaping a callback
             # would leave the micro-batch waiting forever. Fail the batch (and the query).

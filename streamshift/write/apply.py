@@ -156,13 +156,20 @@ def apply_changes(
     batch_id: str = "",
     closing_date: dt.date | None = None,
     on_step: Callable[[str], None] | None = None,
+    before_writes: tuple[str, Callable[[DataFrame], None]] | None = None,
 ) -> ApplyResult:
     """Apply raw changes to ``target`` — the single write path of batch and stream.
 
     ``changes`` holds the flow's columns as text plus ``_source_ref`` and ``_raw``; an
-    optional ``_source`` column overrides ``source`` per row. ``closing_date`` is the date an
-    EOD run is closing: its own rows are not late. ``on_step(name)`` is called as each step
-    ends (``seconds_by_step``'s names), from the thread that ran it.
+    optional ``_source`` column overrides ``source`` per row, and other columns whose names
+    start with ``_`` ride along on the apply's frame. ``closing_date`` is the date an EOD run
+    is closing: its own rows are not late. ``on_step(name)`` is called as each step ends
+    (``seconds_by_step``'s names), from the thread that ran it.
+
+    ``before_writes`` = (step name, function): the function is called once, with the apply's
+    persisted frame (the checked rows, counted), before anything is written, so a caller
+    reads what it needs of the batch from the one cache the apply builds (the stream sends
+    its undecodable messages to the dead-letter topic from it, before quarantine holds them).
 
     Two writers may share a layer (in stage ``stream`` the EOD correction and the streaming
     job write the same business date). Delta detects a conflicting commit and refuses it;
@@ -171,9 +178,10 @@ def apply_changes(
     conflict are no-ops the second time.
     """
     conflicts = _conflicts()
+    once = [before_writes] if before_writes else []  # not again when the apply is retried
     for attempt in range(1, COMMIT_ATTEMPTS + 1):
         try:
-            return _apply_once(flow, changes, source, target, batch_id, closing_date, on_step)
+            return _apply_once(flow, changes, source, target, batch_id, closing_date, on_step, once)
         except conflicts as exc:
             if attempt == COMMIT_ATTEMPTS:
                 raise WriteConflictError(
@@ -201,6 +209,7 @@ def _apply_once(
     batch_id: str,
     closing_date: dt.date | None,
     on_step: Callable[[str], None] | None,
+    before_writes: list[tuple[str, Callable[[DataFrame], None]]],
 ) -> ApplyResult:
     spark = target.spark
     tables = target.create_tables().tables
@@ -254,6 +263,10 @@ def _apply_once(
                 )
                 result.rejected += row["count"]
         timer.lap("validate")
+        while before_writes:
+            name, call = before_writes.pop()
+            call(checked)
+            timer.lap(name)
         with _Steps(timer) as steps:
             if result.rejected:
                 steps.submit(
