@@ -296,10 +296,11 @@ def test_a_new_days_views_come_from_the_batch_unless_another_writer_commits_mean
     # batch. The log's version says another commit came between: views from the table.
     D3 = "2026-11-21"
     real_touched = apply_module._touched_groups
+    stream_added: list[bool] = []
 
     def interfering_touched(*args):  # type: ignore[no-untyped-def]
-        if not interfered[1:]:  # once (the stream's own apply comes through here too)
-            interfered.append(True)
+        if not stream_added:  # once (the stream's own apply comes through here too)
+            stream_added.append(True)
             stream = [trade("s0", 1, date=D3, quantity=1000)]
             apply_changes(FLOW, frame(spark, stream), "stream", target)
         return real_touched(*args)
