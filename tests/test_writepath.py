@@ -313,6 +313,49 @@ def test_a_new_days_views_come_from_the_batch_unless_another_writer_commits_mean
     assert positions(spark, target)[(D3, FLOWB, "AAPL")] == (1000 + 1 + 2 + 3 + 4, 5)
 
 
+@pytest.mark.parametrize("large", [False, True], ids=["small", "large"])
+def test_an_apply_run_again_after_a_conflict_counts_the_rows_its_first_attempt_committed(  # type: ignore[no-untyped-def]
+    spark, target, monkeypatch, large
+) -> None:
+    """The history step fails with Delta's conflict after current state has committed (it
+    runs beside the current-state MERGE): the apply runs again, stores each version once and
+    still reports the rows its first attempt put into current state."""
+    import threading
+
+    from delta.exceptions import ConcurrentAppendException
+
+    from streamshift.write import apply as apply_module
+
+    if large:
+        monkeypatch.setattr(apply_module, "PRUNE_KEYS_BELOW", 0)
+    history_step = "_merge_history" if large else "_insert_history"
+    real_history, real_current = getattr(apply_module, history_step), apply_module._merge_current
+    current_in = threading.Event()
+    calls: list[str] = []
+
+    def merge_current(*args):  # type: ignore[no-untyped-def]
+        inserted_only = real_current(*args)
+        current_in.set()
+        return inserted_only
+
+    def history_conflicting_once(*args):  # type: ignore[no-untyped-def]
+        calls.append("history")
+        if len(calls) == 1:
+            assert current_in.wait(120)
+            raise ConcurrentAppendException(message="another writer added files to history")
+        return real_history(*args)
+
+    monkeypatch.setattr(apply_module, "_merge_current", merge_current)
+    monkeypatch.setattr(apply_module, history_step, history_conflicting_once)
+    day = [trade("a", 1, quantity=5), trade("b", 1, quantity=7), trade("b", 2, quantity=9)]
+    result = apply_changes(FLOW, frame(spark, day), "eod", target)
+    assert calls == ["history", "history"]  # the conflict, then the apply run again
+    assert (result.accepted, result.applied) == (3, 2)
+    assert history(spark, target) == [("a", 1), ("b", 1), ("b", 2)]
+    assert {k: v[::3] for k, v in current(spark, target).items()} == {"a": (1, 5), "b": (2, 9)}
+    assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (5 + 9, 2)}
+
+
 def test_a_large_batch_counts_what_a_small_one_counts_and_writes_the_same(  # type: ignore[no-untyped-def]
     spark, tmp_path, monkeypatch
 ) -> None:

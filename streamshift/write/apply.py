@@ -178,10 +178,12 @@ def apply_changes(
     conflict are no-ops the second time.
     """
     conflicts = _conflicts()
-    once = [before_writes] if before_writes else []  # not again when the apply is retried
+    attempts = _Attempts(before_writes=[before_writes] if before_writes else [])
     for attempt in range(1, COMMIT_ATTEMPTS + 1):
         try:
-            return _apply_once(flow, changes, source, target, batch_id, closing_date, on_step, once)
+            return _apply_once(
+                flow, changes, source, target, batch_id, closing_date, on_step, attempts
+            )
         except conflicts as exc:
             if attempt == COMMIT_ATTEMPTS:
                 raise WriteConflictError(
@@ -201,6 +203,18 @@ def apply_changes(
     raise AssertionError("unreachable")  # the loop returns or raises
 
 
+@dataclass
+class _Attempts:
+    """What one apply carries from attempt to attempt when a conflict makes it run again."""
+
+    # Called once: popped before it runs, so a retry does not call it again.
+    before_writes: list[tuple[str, Callable[[DataFrame], None]]]
+    # Current-state rows the attempts' committed MERGEs inserted or updated. A conflict in a
+    # side step (history beside the current-state MERGE) fails an attempt whose current state
+    # did commit; the next attempt's MERGE then finds those rows in place and counts none.
+    applied: int = 0
+
+
 def _apply_once(
     flow: Flow,
     changes: DataFrame,
@@ -209,7 +223,7 @@ def _apply_once(
     batch_id: str,
     closing_date: dt.date | None,
     on_step: Callable[[str], None] | None,
-    before_writes: list[tuple[str, Callable[[DataFrame], None]]],
+    attempts: _Attempts,
 ) -> ApplyResult:
     spark = target.spark
     tables = target.create_tables().tables
@@ -263,8 +277,8 @@ def _apply_once(
                 )
                 result.rejected += row["count"]
         timer.lap("validate")
-        while before_writes:
-            name, call = before_writes.pop()
+        while attempts.before_writes:
+            name, call = attempts.before_writes.pop()
             call(checked)
             timer.lap(name)
         with _Steps(timer) as steps:
@@ -279,7 +293,9 @@ def _apply_once(
                     batch_id,
                 )
             if result.accepted:
-                _apply_accepted(spark, flow, checked, by_group, target, result, closing_date, steps)
+                _apply_accepted(
+                    spark, flow, checked, by_group, target, result, closing_date, steps, attempts
+                )
         result.seconds_by_step = timer.steps
         return result
     finally:
@@ -322,6 +338,7 @@ def _apply_accepted(
     result: ApplyResult,
     closing_date: dt.date | None,
     steps: _Steps,
+    attempts: _Attempts,
 ) -> None:
     """Steps 3–6 for the accepted rows of ``checked``, the apply's persisted frame: its
     ``ranked_versions`` flags pick the new versions and each key's latest (rejected rows have
@@ -422,7 +439,7 @@ def _apply_accepted(
         seen_empty_at = None
         if not small and dates_were_empty and set(touched_dates) == set(incoming_dates):
             seen_empty_at = version_before
-        counts, inserted_only = steps.run(
+        inserted_only = steps.run(
             "current",
             _merge_current,
             spark,
@@ -432,8 +449,9 @@ def _apply_accepted(
             date_filter,
             _in_list(f"t.{key}", keys) if small else "true",
             sum(r["keys"] for r in by_group) if seen_empty_at is not None else None,
+            attempts,
         )
-        result.applied = counts.get("num_inserted_rows", 0) + counts.get("num_updated_rows", 0)
+        result.applied = attempts.applied
 
         def only_this_commit() -> bool:
             assert seen_empty_at is not None
@@ -637,13 +655,16 @@ def _merge_current(
     tables: LayerTables,
     date_filter: str,
     key_filter: str,
-    fresh_keys: int | None = None,
-) -> tuple[dict[str, int], bool]:
+    fresh_keys: int | None,
+    attempts: _Attempts,
+) -> bool:
     """Step 4: the highest version per key (``latest``), only where higher than the stored one.
 
     ``fresh_keys``: the batch's keys, all expected new to the dates it touches. Then an
     insert-only MERGE goes first, and the full MERGE only if it inserted fewer rows.
-    Returns the MERGEs' row counts and whether the insert-only MERGE inserted every key.
+    Each MERGE's inserted and updated rows go to ``attempts.applied`` as it commits (the
+    insert-only one stays committed should the full one then meet a conflict). Returns whether
+    the insert-only MERGE inserted every key.
     """
     from delta.tables import DeltaTable
 
@@ -659,19 +680,23 @@ def _merge_current(
             )
         )
 
-    counts: Counter[str] = Counter()
-    if fresh_keys is not None:
-        counts.update(_merge_counts(merge().whenNotMatchedInsertAll().execute()))
-        if counts["num_inserted_rows"] >= fresh_keys:
-            return dict(counts), True
-    full = (
+    def committed(merge_output: DataFrame) -> int:
+        counts = _merge_counts(merge_output)
+        attempts.applied += counts.get("num_inserted_rows", 0) + counts.get("num_updated_rows", 0)
+        return counts.get("num_inserted_rows", 0)
+
+    if (
+        fresh_keys is not None
+        and committed(merge().whenNotMatchedInsertAll().execute()) >= fresh_keys
+    ):
+        return True
+    committed(
         merge()
         .whenMatchedUpdateAll(condition=f"s.{version} > t.{version}")
         .whenNotMatchedInsertAll()
         .execute()
     )
-    counts.update(_merge_counts(full))
-    return dict(counts), False
+    return False
 
 
 def _record_late(
