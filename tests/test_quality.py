@@ -22,7 +22,7 @@ from streamshift.control.stages import PromotionRefused, check_promotion, promot
 from streamshift.core.catalog import ControlTables
 from streamshift.jobs.eod import run_eod
 from streamshift.quality.docs_assets import remaining_addresses
-from streamshift.quality.project import QualityRun
+from streamshift.quality.project import QualityError, QualityRun
 from streamshift.quality.validate import data_docs_dir, run_quality
 from streamshift.read.control import quality_results
 from streamshift.write.target import Target, read
@@ -160,6 +160,25 @@ def test_suites_pass_on_clean_days_and_name_what_breaks(spark, settings, tmp_pat
         check_promotion(s, "trades", "stream")
     assert f"{DAYS[2]} failed data quality (trades.current one_row_per_trade)" in str(refused.value)
     assert "breaks" not in str(refused.value)  # parity itself was clean
+
+    # A date the layer never held: refused before anything is validated or recorded, saying
+    # what to do (it used to run, and fail the positions sum with "observed None").
+    never = DAYS[3] + dt.timedelta(days=1)
+    with pytest.raises(QualityError) as nothing:
+        run_quality(spark, s, FLOW, never, "batch")
+    assert f"the batch layer holds no rows of trades for {never}" in str(nothing.value)
+    assert f"streamshift eod --flow trades --date {never}" in str(nothing.value)
+    assert read(spark, ControlTables(s.warehouse).quality_runs).count() == recorded_rows
+
+    # An empty business day (a header-only EOD file) loads nothing; its quality run warns on
+    # the row counts and fails nothing: no positions and no live trades is not a broken sum.
+    empty = tmp_path / "empty.csv"
+    empty.write_text(files[DAYS[0]].eod.read_text().splitlines()[0] + "\n")
+    assert run_eod(spark, batch, never, empty).apply.received == 0
+    quiet = run_quality(spark, s, FLOW, never, "batch", file=empty)
+    assert not quiet.failures, quiet.table()
+    assert {c.suite for c in quiet.checks} == {"trades.raw", "trades.current", "trades.quarantine"}
+    assert _verdicts(quiet)[("trades.current", "row_count_near_recent_median")] == "warn"
 
 
 @pytest.mark.kafka

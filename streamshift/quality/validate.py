@@ -285,7 +285,8 @@ def _short(values: Any, n: int = 3) -> str:
 
 def _observed(result: dict[str, Any]) -> str:
     if "observed_value" in result:
-        return str(result["observed_value"])
+        observed = result["observed_value"]
+        return "no values" if observed is None else str(observed)
     if "unexpected_count" in result:
         count = result["unexpected_count"]
         if not count:
@@ -480,6 +481,18 @@ def _validate_day(
     quarantine = dataset_frame(spark, target, "quarantine", day, None)
     assert quarantine is not None
     facts = DayFacts(current, quarantine)
+    if file is None and facts.current_rows == 0 and facts.quarantined_rows == 0:
+        current.unpersist()
+        catch_up = (
+            f"load the day first (`streamshift eod --flow {flow.name} --date {day} --file F`)"
+            if layer == "batch"
+            else f"let `streamshift stream --flow {flow.name}` bring the date's events in first"
+        )
+        raise QualityError(
+            f"nothing to validate: the {layer} layer holds no rows of {flow.name} for {day} "
+            f"(none in current state, none quarantined); {catch_up}, pick a date it holds, "
+            "or give --file to validate the EOD file"
+        )
     frames: dict[str, tuple[DataFrame, dict[str, Any]]] = {}
     views = {v.name for v in flow.views}
     for dataset in wanted:
@@ -488,6 +501,11 @@ def _validate_day(
             frame: DataFrame | None = current
         elif dataset in views:
             frame, pair = view_pair(spark, target, dataset, day)
+            if frame.isEmpty() and pair.where(~F.col(IS_DELETED)).isEmpty():
+                # An empty day (a header-only EOD file): no group, nothing to sum. Spark's sum
+                # of no rows is null, which Great Expectations' aggregate checks fail.
+                _say(f"no live rows on {day}: {flow.name}.{dataset} has nothing to validate")
+                continue
         else:
             frame = dataset_frame(spark, target, dataset, day, file)
         if frame is None:
