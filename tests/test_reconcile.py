@@ -14,6 +14,7 @@ from streamshift.control.compare import compare
 from streamshift.control.recon import ReconResult, record
 from streamshift.control.stages import PromotionRefused, promote
 from streamshift.core.formatting import cell
+from streamshift.orchestrate.migration import flow_summary, render
 from streamshift.read.control import current_stage, stage_history
 
 pytestmark = [pytest.mark.spark]
@@ -109,7 +110,7 @@ def test_tables_show_values_without_binary_noise() -> None:
     ]
 
 
-def _record_parity(spark, settings, day: dt.date, breaks: int) -> None:  # type: ignore[no-untyped-def]
+def _record_parity(spark, settings, day: dt.date, breaks: int, compared: int = 10) -> None:  # type: ignore[no-untyped-def]
     rows = [("missing_right", f"k{i}", None, "{}", None, None) for i in range(breaks)]
     frame = spark.createDataFrame(
         rows,
@@ -121,7 +122,7 @@ def _record_parity(spark, settings, day: dt.date, breaks: int) -> None:  # type:
         settings,
         FLOW,
         frame,
-        ReconResult(f"run-{day}", "parity", day, "batch", "stream", 10, 10 - breaks),
+        ReconResult(f"run-{day}", "parity", day, "batch", "stream", compared, compared - breaks),
         "shadow",
     )
 
@@ -135,13 +136,16 @@ def test_promotion_gate_refuses_names_dates_and_records_every_change(
         promote(spark, s, FLOW.name, "stream")
     promote(spark, s, FLOW.name, "shadow", by="alice")
 
-    days = [D + dt.timedelta(days=i) for i in range(4)]
+    days = [D + dt.timedelta(days=i) for i in range(5)]
     _record_parity(spark, s, days[0], 0)
     _record_parity(spark, s, days[1], 2)
+    # A date neither layer holds (nothing loaded) reconciles "clean" and is no evidence.
+    _record_parity(spark, s, days[4], 0, compared=0)
     with pytest.raises(PromotionRefused) as refused:
         promote(spark, s, FLOW.name, "stream")
     message = str(refused.value)
     assert f"{days[1]} had 2 breaks" in message and "only 2 of the 3" in message
+    assert f"({days[4]} compared no rows in either layer" in message
 
     _record_parity(spark, s, days[2], 0)
     _record_parity(spark, s, days[3], 0)
@@ -149,6 +153,7 @@ def test_promotion_gate_refuses_names_dates_and_records_every_change(
         promote(spark, s, FLOW.name, "stream")  # day 1 is still among the last three
     _record_parity(spark, s, days[1], 0)  # re-reconciled after a repair: the latest run counts
     change = promote(spark, s, FLOW.name, "stream", by="bob")
+    # The last three dates that held data, the empty day 4 passed over.
     assert [d["business_date"] for d in change.evidence.dates] == [days[3], days[2], days[1]]
 
     with pytest.raises(PromotionRefused, match="needs --reason"):
@@ -175,3 +180,15 @@ def test_promotion_gate_refuses_names_dates_and_records_every_change(
         ("shadow", "stream", "dave", True, "incident 42: batch source down"),
     ]
     assert current_stage(s, FLOW.name) == "stream"
+
+    # The Migration page shows the empty date greyed, not counted in the clean run: the newest
+    # date with data (day 3, 5 breaks) ends it.
+    summary = flow_summary(s, FLOW.name)
+    assert [(d["business_date"], d["rows"]) for d in summary["parity_streak"]][-2:] == [
+        (days[3], 15),
+        (days[4], 0),
+    ]
+    assert summary["clean_days_in_a_row"] == 0
+    page = render([summary], "tester")
+    assert f"<li class='day empty' data-date='{days[4]}'" in page
+    assert f"<li class='day breaks' data-date='{days[3]}'" in page

@@ -71,6 +71,8 @@ class ReconResult:
             f"{self.recon} {self.business_date}: {self.left_side} ({self.left_rows} rows) vs "
             f"{self.right_side} ({self.right_rows} rows): "
         )
+        if self.clean and not (self.left_rows or self.right_rows):
+            return head + "nothing to compare (neither side holds a row; not promotion evidence)"
         if self.clean:
             return head + "clean"
         kinds = ", ".join(f"{n} {k}" for k, n in sorted(self.by_kind.items()) if n)

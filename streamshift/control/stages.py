@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import getpass
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from streamshift.core.catalog import STAGE_CHANGES_SCHEMA, ControlTables
@@ -51,7 +51,10 @@ def stage_changes_path(settings: Settings) -> str:
 @dataclass
 class Evidence:
     window: int
-    dates: list[dict[str, Any]]  # newest first: business_date, clean, breaks, run_id
+    dates: list[dict[str, Any]]  # newest first: business_date, clean, breaks, rows, run_id
+    # Reconciled dates passed over: neither layer held a row there (nothing was loaded), so a
+    # "clean" parity proves nothing. Newest first.
+    empty: list[dt.date] = field(default_factory=list)
 
     @property
     def unclean(self) -> list[dict[str, Any]]:
@@ -74,6 +77,12 @@ class Evidence:
             out.append(
                 f"only {len(self.dates)} of the {self.window} business dates needed have "
                 "been reconciled"
+                + (
+                    f" ({', '.join(str(d) for d in self.empty)} compared no rows in either "
+                    "layer: nothing loaded there, so not evidence)"
+                    if self.empty
+                    else ""
+                )
             )
         return out
 
@@ -82,14 +91,22 @@ class Evidence:
 
 
 def promotion_evidence(settings: Settings, flow: str) -> Evidence:
-    """The latest parity reconciliation of each of the last N reconciled business dates."""
-    newest_first = parity_by_date(latest_runs(settings, flow))[::-1][: settings.promotion_window]
+    """The latest parity reconciliation of each of the last N reconciled business dates that
+    held data (a date neither layer holds reconciles clean and proves nothing)."""
+    reconciled = parity_by_date(latest_runs(settings, flow))[::-1]
+    newest_first = [d for d in reconciled if d["rows"]][: settings.promotion_window]
+    oldest = newest_first[-1]["business_date"] if newest_first else None
+    empty = [
+        d["business_date"]
+        for d in reconciled
+        if not d["rows"] and (oldest is None or d["business_date"] > oldest)
+    ]
     suites = [s.strip() for s in settings.promotion_quality_suites.split(",") if s.strip()]
     if suites:  # the data-quality part of the gate (STREAMSHIFT_PROMOTION_QUALITY_SUITES)
         failures = quality_failures_by_date(settings, flow, suites)
         for day in newest_first:
             day["quality_failures"] = failures.get(day["business_date"], [])
-    return Evidence(settings.promotion_window, newest_first)
+    return Evidence(settings.promotion_window, newest_first, empty)
 
 
 @dataclass

@@ -65,6 +65,8 @@ def flow_summary(settings: Settings, flow: str) -> dict[str, Any]:
     streak = parity_by_date(latest)[-STREAK_DAYS:]
     clean_run = 0
     for day in reversed(streak):
+        if not day["rows"]:  # nothing in either layer: shown, not counted (as by the gate)
+            continue
         if not day["clean"]:
             break
         clean_run += 1
@@ -137,16 +139,23 @@ def summaries(settings: Settings) -> list[dict[str, Any]]:
 # ---- the page -----------------------------------------------------------------------------
 def _flow_section(s: dict[str, Any]) -> str:
     flow = s["flow"]
+
+    def state(d: dict[str, Any]) -> tuple[str, str, str]:  # class, title, mark
+        if not d["rows"]:
+            return "empty", "no rows in either layer (not evidence)", "∅"
+        if d["clean"]:
+            return "clean", "clean", "✓"
+        return "breaks", f"{d['breaks']} breaks", str(d["breaks"])
+
     streak = "".join(
-        f"<li class='day {'clean' if d['clean'] else 'breaks'}' data-date='{d['business_date']}'"
-        f" data-breaks='{d['breaks']}' title='{d['business_date']}: "
-        f"{'clean' if d['clean'] else str(d['breaks']) + ' breaks'}'>"
+        f"<li class='day {state(d)[0]}' data-date='{d['business_date']}'"
+        f" data-breaks='{d['breaks']}' title='{d['business_date']}: {state(d)[1]}'>"
         + (
             f"<a href='{_e(d['report'])}'>{d['business_date']}</a>"
             if d["report"]
             else _e(d["business_date"])
         )
-        + f" <span>{'✓' if d['clean'] else d['breaks']}</span></li>"
+        + f" <span>{state(d)[2]}</span></li>"
         for d in s["parity_streak"]
     )
     last = s["last_reconciliation"]
@@ -266,6 +275,7 @@ td, th {{ padding: 2px 8px; border-bottom: 1px solid #eee; text-align: left; }}
 .none {{ color: #888; }} ol.streak {{ list-style: none; padding: 0; display: flex; flex-wrap: wrap; gap: 4px; }}
 .day {{ padding: 2px 6px; border-radius: 3px; font-size: .8em; }}
 .day.clean {{ background: #d4edda; }} .day.breaks {{ background: #f8d7da; }}
+.day.empty {{ background: #eee; color: #888; }}
 .refused {{ color: #a00; }} .running {{ color: #555; }}
 </style></head><body>
 <h1>Migration</h1>

@@ -54,17 +54,24 @@ def latest_runs(settings: Settings, flow: str) -> list[dict[str, Any]]:
 
 def parity_by_date(latest: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per business date, oldest first: clean when every view's latest parity run is clean;
-    total breaks; the newest run id."""
+    total breaks; rows compared (both sides, every view); the newest run id."""
     dates: dict[dt.date, dict[str, Any]] = {}
     for run in latest:
         if not run["recon"].startswith(PARITY):
             continue
         day = dates.setdefault(
             run["business_date"],
-            {"business_date": run["business_date"], "clean": True, "breaks": 0, "run_id": ""},
+            {
+                "business_date": run["business_date"],
+                "clean": True,
+                "breaks": 0,
+                "rows": 0,
+                "run_id": "",
+            },
         )
         day["clean"] = day["clean"] and bool(run["clean"])
         day["breaks"] += int(run["breaks"])
+        day["rows"] += int(run["left_rows"] or 0) + int(run["right_rows"] or 0)
         day["run_id"] = max(day["run_id"], run["run_id"])
     return [dates[d] for d in sorted(dates)]
 
