@@ -68,7 +68,7 @@ BAD_FILES = {
 
 
 def test_bad_files_fail_with_line_and_problem_and_change_nothing(
-    spark, tmp_path, day_files
+    spark, tmp_path, day_files, capsys
 ) -> None:  # type: ignore[no-untyped-def]
     target = _target(spark, tmp_path / "wh")
     run_eod(spark, target, DAY, day_files.eod)
@@ -84,7 +84,21 @@ def test_bad_files_fail_with_line_and_problem_and_change_nothing(
     header_only.write_text(HEADER + "\n")
     with pytest.raises(BadFileError, match="no data rows"):
         run_eod(spark, target, DAY, header_only, replace=True)
+    # Another day's file as this day's whole-day replacement would cancel the whole day.
+    other_day = tmp_path / "other_day.csv"
+    other_day.write_text(HEADER + "\n" + GOOD.replace("2026-11-20", "2026-11-19") + "\n")
+    with pytest.raises(BadFileError) as error:
+        run_eod(spark, target, DAY, other_day, replace=True)
+    assert "no row of the file is dated 2026-11-20 (its rows are dated 2026-11-19)" in str(
+        error.value
+    )
     assert _snapshot(spark, target) == before
+    # As a delta file it loads (rows go to their own date, as back-dated ones do), with a
+    # warning naming the dates.
+    capsys.readouterr()
+    loaded = run_eod(spark, target, DAY, other_day)
+    assert loaded.apply.applied == 1
+    assert "warning: no row of the file is dated 2026-11-20" in capsys.readouterr().err
 
 
 def test_day_load_corrections_poison_replacement_and_replay(spark, tmp_path, day_files) -> None:  # type: ignore[no-untyped-def]

@@ -8,11 +8,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streamshift.core.contract import MALFORMED, SOURCE
-from streamshift.sources.eodfile import FileLayout, check_file
+from streamshift.core.flow import Flow
+from streamshift.sources.eodfile import BadFileError, FileLayout, check_file
 from streamshift.sources.eodread import read_eod_file
 from streamshift.write.apply import ApplyResult, apply_changes
 from streamshift.write.target import Target, read, when_small
@@ -79,6 +80,7 @@ def _load(
     flow = target.flow
     _progress(f"reading {file} ({layout.data_lines} data lines)")
     rows = read_eod_file(spark, file, flow, layout).withColumn(SOURCE, F.lit(source))
+    _check_dated(flow, rows, business_date, file, replace)
     cancelled = 0
     if replace:
         cancels = replacement_cancels(
@@ -93,6 +95,40 @@ def _load(
     )
     _record_run(spark, target, business_date, file, "replace" if replace else "delta", result)
     return result, cancelled
+
+
+def _check_dated(
+    flow: Flow, rows: DataFrame, business_date: dt.date, file: Path, replace: bool
+) -> None:
+    """A file none of whose rows is dated ``business_date`` is most likely another day's file,
+    or the wrong ``--date``. As a whole-day replacement it would cancel every row of the day:
+    refused before anything is written. A delta load goes on (its rows go to their own dates,
+    like back-dated corrections delivered on a later day), with a warning."""
+    date = F.trim(F.col(flow.business_date)).try_cast("date")
+    if not rows.where(date == F.lit(business_date)).isEmpty():
+        return
+    found = sorted(
+        str(r[0]) for r in rows.select(date).where(date.isNotNull()).distinct().limit(4).collect()
+    )
+    if not found and not replace:
+        return  # no data rows (an empty day) or none with a readable date: the rules say so
+    seen = (
+        f"its rows are dated {', '.join(found[:3])}{', …' if len(found) > 3 else ''}"
+        if found
+        else "no row has a readable date"
+    )
+    problem = f"no row of the file is dated {business_date} ({seen})"
+    if replace:
+        raise BadFileError(
+            file,
+            None,
+            f"{problem}; as the whole of {business_date} it would cancel every row of that day. "
+            "Check --date and --file",
+        )
+    _progress(
+        f"warning: {problem}; they are loaded under their own dates and this run is recorded "
+        f"as {business_date}'s. If that is not what you meant, check --date"
+    )
 
 
 def _record_run(
