@@ -19,6 +19,8 @@ Handler = Callable[[argparse.Namespace], int]
 class UserError(StreamshiftError):
     """A command-line mistake; printed without a traceback, exit code 2."""
 
+    final = True
+
 
 def _cmd_settings(args: argparse.Namespace) -> int:
     settings = load_settings()
@@ -758,7 +760,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except StreamshiftError as exc:
         print(f"streamshift: error: {exc}", file=sys.stderr)
-        _report_error(str(exc))
+        _report_error(str(exc), final=exc.final)
         return 2
     except KeyboardInterrupt:
         print("streamshift: interrupted", file=sys.stderr)
@@ -770,12 +772,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
 
 
-def _report_error(message: str) -> None:
-    """Leave the one-line error where an orchestrator asked for it (STREAMSHIFT_ERROR_FILE)."""
+def _report_error(message: str, *, final: bool = False) -> None:
+    """Leave the one-line error where an orchestrator asked for it (STREAMSHIFT_ERROR_FILE),
+    and a second line ``final`` when a retry cannot fix it (``StreamshiftError.final``)."""
     path = os.environ.get("STREAMSHIFT_ERROR_FILE")
     if path:
         with contextlib.suppress(OSError):
-            Path(path).write_text(message + "\n", encoding="utf-8")
+            Path(path).write_text(message + ("\nfinal" if final else "") + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

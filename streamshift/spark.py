@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 class MissingJarsError(StreamshiftError):
     """The connector/Delta jars have not been fetched (scripts/setup does it)."""
 
+    final = True
+
 
 def jars(settings: Settings) -> list[str]:
     """Spark's Kafka connector and Delta jars fetched by scripts/setup."""

@@ -167,9 +167,35 @@ def test_a_failing_job_leaves_its_one_line_error_for_the_orchestrator(tmp_path: 
         error_file=str(error_file),
     )
     assert done.returncode == 2
-    said = error_file.read_text().strip()
+    said, mark = error_file.read_text().strip().split("\n")
     assert said.startswith("EOD file ") and said.endswith("pass the path of an existing CSV file")
     assert said in done.stderr
+    assert mark == "final"  # a retry cannot fix a missing file
+
+
+def test_a_spark_task_fails_at_once_when_its_job_says_a_retry_cannot_help(  # type: ignore[no-untyped-def]
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The DAGs' Spark operator, submitting a real job that refuses its input: the task fails
+    with the job's one line and no retry (AirflowFailException), not after two more Spark jobs."""
+    import sys
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from streamshift.local.airflow import connections
+    from streamshift.orchestrate.dags import spark_task
+
+    settings = load_settings({}, home=tmp_path, spark_master="local[1]")
+    for name, value in connections(settings).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("STREAMSHIFT_HOME", str(tmp_path))
+    missing = tmp_path / "missing.csv"
+    args = ["--flow", "trades", "--date", "2026-11-20", "--file", str(missing)]
+    task = spark_task("load_eod_file", "spark_jobs/eod.py", args, settings, "a refused load")
+    with pytest.raises(AirflowFailException) as failed:
+        task.execute({})
+    assert str(failed.value).startswith(f"load_eod_file failed: EOD file {missing} not found")
 
 
 def test_the_quality_verdict_needs_the_jobs_recorded_checks(settings) -> None:  # type: ignore[no-untyped-def]

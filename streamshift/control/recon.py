@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 
 class ReconcileError(StreamshiftError):
-    pass
+    final = True
 
 
 # ---- the reconciliations ------------------------------------------------------------------

@@ -28,7 +28,7 @@ SPECIAL_VIEWS = ("current", "quarantine", "late_events")
 
 
 class UnknownViewError(StreamshiftError):
-    pass
+    final = True
 
 
 def serving_layer(stage: str, business_date: dt.date, closed: set[dt.date]) -> str:

@@ -41,7 +41,7 @@ GATED = ("stream", "kappa")
 
 
 class PromotionRefused(StreamshiftError):
-    pass
+    final = True
 
 
 def stage_changes_path(settings: Settings) -> str:

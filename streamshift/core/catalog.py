@@ -59,7 +59,7 @@ STAGE_CHANGES_SCHEMA = (
 
 
 class UnknownLayerError(StreamshiftError):
-    pass
+    final = True
 
 
 @dataclass(frozen=True)

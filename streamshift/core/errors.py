@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class StreamshiftError(Exception):
     """Base of every error whose message tells the user what to do."""
+
+    # A retry cannot fix it (bad input, an unknown name, a refused request): an orchestrator
+    # fails the task at once instead of retrying (STREAMSHIFT_ERROR_FILE says so).
+    final: ClassVar[bool] = False

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 class UnknownFlowError(StreamshiftError):
-    pass
+    final = True
 
 
 def flow_names() -> list[str]:

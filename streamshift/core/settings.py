@@ -27,6 +27,8 @@ NOT_SETTINGS = {"STREAMSHIFT_PYTHON", "STREAMSHIFT_ERROR_FILE"}
 class SettingsError(StreamshiftError, ValueError):
     """A ``STREAMSHIFT_*`` variable is unknown or its value cannot be parsed."""
 
+    final = True
+
 
 def _int(text: str) -> int:
     try:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 
 class ReplayRefused(StreamshiftError):
-    pass
+    final = True
 
 
 @dataclass

@@ -46,7 +46,9 @@ class StreamshiftSparkSubmitOperator(SparkSubmitOperator):
     """``SparkSubmitOperator`` whose failure says, in one line, what the job itself said.
 
     The job (``streamshift.cli.main``) writes its error message to ``STREAMSHIFT_ERROR_FILE``;
-    on failure the task raises with that line instead of only spark-submit's exit code.
+    on failure the task raises with that line instead of only spark-submit's exit code. When
+    the job marks it final (bad input, a refused request: a retry would fail the same way), the
+    task fails at once instead of spending its retries on more Spark jobs.
     """
 
     def execute(self, context: Any) -> Any:
@@ -59,7 +61,11 @@ class StreamshiftSparkSubmitOperator(SparkSubmitOperator):
         try:
             return super().execute(context)
         except Exception as exc:
-            said = Path(path).read_text().strip()
+            said, _, marks = Path(path).read_text().strip().partition("\n")
+            if said and marks.strip() == "final":
+                from airflow.sdk.exceptions import AirflowFailException
+
+                raise AirflowFailException(f"{self.task_id} failed: {said}") from exc
             if said:
                 raise RuntimeError(f"{self.task_id} failed: {said}") from exc
             raise

@@ -34,6 +34,8 @@ FILE_PATTERN = r"^(?!/)(?!.*(^|/)\.\.(/|$))[A-Za-z0-9_.=+@,/-]+$"
 class InputError(StreamshiftError, ValueError):
     """A DAG run's parameters do not name a usable business date, mode or file."""
 
+    final = True
+
 
 def landing_dir(settings: Settings, flow: str) -> Path:
     return settings.home / "landing" / flow

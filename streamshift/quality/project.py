@@ -31,7 +31,7 @@ POLICIES = {"critical": "fail", "warning": "warn", "info": "warn"}
 
 
 class QualityError(StreamshiftError):
-    pass
+    final = True
 
 
 def suite_path(suite: str) -> Path:

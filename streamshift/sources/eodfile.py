@@ -23,6 +23,8 @@ _DELIMITERS = {";": "semicolon", "\t": "tab", "|": "pipe"}
 class BadFileError(StreamshiftError, ValueError):
     """The file as a whole cannot be read as the flow's EOD format."""
 
+    final = True
+
     def __init__(self, path: Path | str, line: int | None, problem: str):
         where = f"{path}, line {line}" if line else str(path)
         super().__init__(f"{where}: {problem}; nothing was loaded")
