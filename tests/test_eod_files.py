@@ -257,3 +257,30 @@ def test_rows_with_another_field_count_are_flagged_whole_quotes_respected(spark,
     }
     instrument = {r["trade_id"]: r["instrument"] for r in rows if r[MALFORMED] is None}
     assert instrument == {"T1": "AAPL", "T2": "AAPL, Inc."}
+
+
+def test_a_spreadsheets_csv_with_a_byte_order_mark_and_crlf_reads_like_a_plain_one(  # type: ignore[no-untyped-def]
+    spark, tmp_path
+) -> None:
+    """Excel's "CSV UTF-8" starts with a byte-order mark and ends lines with CRLF. The mark
+    used to make the header's first column "\\ufefftrade_id" (refused: "missing columns
+    trade_id", with the mark invisible in the message); the rows must come out as from the
+    plain file, with no carriage return in the last column."""
+    from streamshift.core.contract import SOURCE_REF
+    from streamshift.sources.eodfile import check_file
+    from streamshift.sources.eodread import read_eod_file
+
+    body = [HEADER, GOOD, GOOD.replace("T1,", "T2,").replace(",USD", ",EUR")]
+    plain, excel = tmp_path / "plain.csv", tmp_path / "excel.csv"
+    plain.write_text("\n".join(body) + "\n")
+    excel.write_bytes(b"\xef\xbb\xbf" + ("\r\n".join(body) + "\r\n").encode())
+
+    def rows(path: Path) -> list[tuple[object, ...]]:
+        read = read_eod_file(spark, path, FLOW, check_file(path, FLOW, whole_day=False))
+        return sorted(
+            (r[SOURCE_REF].rsplit(":", 1)[1], *(r[c] for c in FLOW.columns)) for r in read.collect()
+        )
+
+    assert check_file(excel, FLOW, whole_day=False).header == FLOW.columns
+    assert rows(excel) == rows(plain)
+    assert [r[-1] for r in rows(excel)] == ["USD", "EUR"]

@@ -57,7 +57,9 @@ def check_file(path: Path, flow: Flow, *, whole_day: bool) -> FileLayout:
         raise BadFileError(path, None, "file not found")
     if path.stat().st_size == 0:
         raise BadFileError(path, None, "empty file (0 bytes), expected a header row and data")
-    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+    # utf-8-sig: a byte-order mark (spreadsheets write one) is not part of the first column's
+    # name; Spark never parses the header line, so the data rows are unaffected by it.
+    with open(path, encoding="utf-8-sig", errors="replace", newline="") as handle:
         first = handle.readline().rstrip("\r\n")
     header = [h.strip().lower() for h in next(csv.reader([first]))]
     if len(header) == 1:
