@@ -174,7 +174,7 @@ def _quality_after(spark, settings, flow, day, layer, file, run_id) -> None:  # 
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from streamshift.control.serving import serving_view_rows, show, view_rows
+    from streamshift.control.serving import held_dates, serving_view_rows, show, view_rows
     from streamshift.core.registry import get_flow
 
     settings, flow = load_settings(), get_flow(args.flow)
@@ -192,6 +192,15 @@ def _cmd_show(args: argparse.Namespace) -> int:
         )
         return 0
     show(result, args.format, sys.stdout)
+    if args.date is not None and not result.rows and args.layer != "serving":
+        held = held_dates(settings, flow, args.layer, args.view)
+        if held:
+            span = f"{held[0]}" if len(held) == 1 else f"{len(held)} dates, {held[0]} to {held[-1]}"
+            print(
+                f"the {args.layer} layer holds no {args.view} rows for {args.date}; "
+                f"it holds {span}",
+                file=sys.stderr,
+            )
     return 0
 
 

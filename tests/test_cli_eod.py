@@ -91,6 +91,15 @@ def test_generate_load_show_and_a_bad_file(tmp_path: Path) -> None:
     missing = _run(tmp_path, "eod", "--flow", "trades", "--date", DAY, "--file", "nope.csv")
     assert missing.returncode == 2 and "not found" in missing.stderr
 
+    elsewhere = _run(
+        tmp_path, "show", "--flow", "trades", "--view", "positions", "--date", "2026-01-02"
+    )
+    assert elsewhere.returncode == 0 and "(0 rows)" in elsewhere.stdout
+    assert (
+        f"the batch layer holds no positions rows for 2026-01-02; it holds {DAY}"
+        in elsewhere.stderr
+    )
+
     unknown = _run(tmp_path, "show", "--flow", "trades", "--view", "pnl")
     assert unknown.returncode == 2 and "no view 'pnl'" in unknown.stderr
 

@@ -22,7 +22,7 @@ from streamshift.core.flow import Flow
 from streamshift.core.formatting import format_table
 from streamshift.core.settings import Settings
 from streamshift.read.control import closed_dates, current_stage
-from streamshift.read.tables import select
+from streamshift.read.tables import exists, select
 
 SPECIAL_VIEWS = ("current", "quarantine", "late_events")
 
@@ -63,6 +63,22 @@ def _shape(flow: Flow, view: str) -> tuple[str, list[str], list[str], bool]:
         return view, [], list(flow.view(view).group_key), False
     known = ", ".join([v.name for v in flow.views] + list(SPECIAL_VIEWS))
     raise UnknownViewError(f"flow {flow.name} has no view {view!r}; use one of {known}")
+
+
+def held_dates(settings: Settings, flow: Flow, layer: str, view: str) -> list[dt.date] | None:
+    """The business dates a layer's table holds, from its partitions (no data read); ``None``
+    for a table not partitioned by date (quarantine) or never written."""
+    from deltalake import DeltaTable
+
+    table, _, _, by_flow = _shape(flow, view)
+    path = _path(LayerTables(settings.warehouse, flow, layer), table)
+    bd = "business_date" if by_flow else flow.business_date
+    if not exists(path):
+        return None
+    found = {p.get(bd) for p in DeltaTable(path).partitions()}
+    if None in found:
+        return None
+    return sorted(dt.date.fromisoformat(str(d)) for d in found)
 
 
 def _path(tables: LayerTables, table: str) -> str:
