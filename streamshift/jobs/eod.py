@@ -17,7 +17,7 @@ from streamshift.sources.eodfile import BadFileError, FileLayout, check_file
 from streamshift.sources.eodread import read_eod_file
 from streamshift.write.apply import ApplyResult, apply_changes
 from streamshift.write.target import Target, read, when_small
-from streamshift.write.transforms import replacement_cancels
+from streamshift.write.transforms import parse, replacement_cancels
 
 
 @dataclass
@@ -104,12 +104,12 @@ def _check_dated(
     or the wrong ``--date``. As a whole-day replacement it would cancel every row of the day:
     refused before anything is written. A delta load goes on (its rows go to their own dates,
     like back-dated corrections delivered on a later day), with a warning."""
-    date = F.trim(F.col(flow.business_date)).try_cast("date")
-    if not rows.where(date == F.lit(business_date)).isEmpty():
+    # Parsed as the write path parses it (only this column is computed).
+    dates = parse(flow)(rows).select(flow.business_date)
+    date = F.col(flow.business_date)
+    if not dates.where(date == F.lit(business_date)).isEmpty():
         return
-    found = sorted(
-        str(r[0]) for r in rows.select(date).where(date.isNotNull()).distinct().limit(4).collect()
-    )
+    found = sorted(str(r[0]) for r in dates.where(date.isNotNull()).distinct().limit(4).collect())
     if not found and not replace:
         return  # no data rows (an empty day) or none with a readable date: the rules say so
     seen = (
