@@ -401,7 +401,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         additive_view,
         check_checkpoint,
         checkpoint_path,
-        ensure_worker_python,
         run_serve,
     )
 
@@ -409,7 +408,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     flow = get_flow(args.flow)
     view = additive_view(flow, args.view)
     check_checkpoint(checkpoint_path(load_settings(), flow, view, args.engine), args.engine)
-    ensure_worker_python()
     settings, spark, flow = _spark(args.flow)
     run = run_serve(
         spark,

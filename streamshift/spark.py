@@ -162,6 +162,10 @@ def get_spark(
     if profile == "local":
         # Bind everything to loopback; without it Spark picks the first non-loopback interface.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # Spark's Python workers (``createDataFrame`` of local rows starts them) run this
+        # interpreter; Spark's default is whatever ``python3`` is first on PATH, which fails
+        # every such job with PYTHON_VERSION_MISMATCH when it is another minor version.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder
     for key, value in PROFILES[profile](settings, app_name).items():
         builder = builder.config(key, value)

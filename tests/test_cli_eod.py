@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_support import CLI, LOCAL_SPARK, run_cli
+from tests.cli_support import CLI, LOCAL_SPARK, cli_env, run_cli
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -45,7 +45,24 @@ def test_generate_load_show_and_a_bad_file(tmp_path: Path) -> None:
     assert "batch layer has no positions table yet" in before.stderr
     assert "streamshift eod --flow trades" in before.stderr
 
-    load = _run(tmp_path, "eod", "--flow", "trades", "--date", DAY, "--file", str(eod_file))
+    # As a user runs `.venv/bin/streamshift` without activating the venv: no PYSPARK_PYTHON,
+    # and the `python3` first on PATH is another interpreter (here one that only fails). Spark
+    # would run its Python workers, and find its home, with that one.
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    (shims / "python3").write_text("#!/bin/sh\necho 'not the venv python' >&2\nexit 3\n")
+    (shims / "python3").chmod(0o755)
+    env = cli_env(tmp_path, **LOCAL_SPARK)
+    del env["PYSPARK_PYTHON"]
+    env["PATH"] = f"{shims}:{env['PATH']}"
+    load = subprocess.run(
+        [*CLI, "eod", "--flow", "trades", "--date", DAY, "--file", str(eod_file)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert load.returncode == 0, load.stderr
     assert "200 rows: 200 accepted, 0 quarantined" in load.stdout
 

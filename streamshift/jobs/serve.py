@@ -596,8 +596,3 @@ def run_serve(
     beat.save(state="stopped", stopped_at=heartbeat.now_iso())
     run.seconds = time.monotonic() - started
     return run
-
-
-def ensure_worker_python() -> None:
-    """Spark's Python workers (the state processor) run this interpreter, with pandas."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
