@@ -22,11 +22,18 @@ def cli_env(home: Path, **settings: str) -> dict[str, str]:
 
 
 def run_cli(
-    home: Path, *args: str, timeout: float = 600, **settings: str
+    home: Path,
+    *args: str,
+    timeout: float = 600,
+    env: dict[str, str] | None = None,
+    **settings: str,
 ) -> subprocess.CompletedProcess[str]:
+    """``streamshift ARGS`` in a subprocess, in ``cli_env(home, **settings)`` unless ``env``
+    (built from it) is given."""
+    assert env is None or not settings, "pass the settings to cli_env() when giving env"
     return subprocess.run(
         [*CLI, *args],
-        env=cli_env(home, **settings),
+        env=cli_env(home, **settings) if env is None else env,
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -55,13 +55,8 @@ def test_generate_load_show_and_a_bad_file(tmp_path: Path) -> None:
     env = cli_env(tmp_path, **LOCAL_SPARK)
     del env["PYSPARK_PYTHON"]
     env["PATH"] = f"{shims}:{env['PATH']}"
-    load = subprocess.run(
-        [*CLI, "eod", "--flow", "trades", "--date", DAY, "--file", str(eod_file)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+    load = run_cli(
+        tmp_path, "eod", "--flow", "trades", "--date", DAY, "--file", str(eod_file), env=env
     )
     assert load.returncode == 0, load.stderr
     assert "200 rows: 200 accepted, 0 quarantined" in load.stdout
