@@ -1,4 +1,5 @@
-"""DAG factories: one ``eod_<flow>`` and one ``late_data_<flow>`` per flow, one ``stream_supervisor``.
+"""DAG factories: ``eod_<flow>``, ``late_data_<flow>`` and ``maintenance_<flow>`` per flow;
+``stream_supervisor`` and ``streamshift_promote`` once.
 
 Imported by ``dags/streamshift_dags.py`` at parse time, so this module imports ``airflow.sdk``,
 ``pendulum`` and the Spark-free core only: Spark work runs in ``spark-submit`` (through the
