@@ -299,8 +299,15 @@ def _cmd_promote(args: argparse.Namespace) -> int:
 
 
 def _cmd_quality(args: argparse.Namespace) -> int:
+    from streamshift.core.registry import get_flow
     from streamshift.quality.project import datasets
-    from streamshift.quality.validate import data_docs_dir, run_quality
+    from streamshift.quality.validate import (
+        data_docs_dir,
+        holds_nothing,
+        nothing_to_validate,
+        run_quality,
+        wanted_datasets,
+    )
 
     if not datasets(args.flow):
         raise UserError(
@@ -309,6 +316,11 @@ def _cmd_quality(args: argparse.Namespace) -> int:
         )
     if args.file is not None and not args.file.exists():
         raise UserError(f"EOD file {args.file} not found; pass an existing CSV file or no --file")
+    # What can be refused without Spark is refused before its JVM starts (~30 s here).
+    flow = get_flow(args.flow)
+    wanted_datasets(flow, args.dataset)
+    if args.file is None and holds_nothing(load_settings(), flow, args.date, args.layer):
+        raise nothing_to_validate(flow, args.date, args.layer)
     settings, spark, flow = _spark(args.flow)
     run = run_quality(
         spark, settings, flow, args.date, args.layer, file=args.file, only=args.dataset or None

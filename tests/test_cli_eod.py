@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from flows.trades import FLOW
+from streamshift.core.settings import load_settings
+from streamshift.quality.validate import holds_nothing
 from tests.cli_support import CLI, LOCAL_SPARK, cli_env, run_cli
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -114,6 +118,22 @@ def test_generate_load_show_and_a_bad_file(tmp_path: Path) -> None:
 
     unknown = _run(tmp_path, "show", "--flow", "trades", "--view", "pnl")
     assert unknown.returncode == 2 and "no view 'pnl'" in unknown.stderr
+
+    # Data quality of a date the layer does not hold, or of a dataset with no suite: refused
+    # before Spark starts, saying what to do. The date it holds is not refused.
+    held = load_settings({}, home=tmp_path)
+    assert not holds_nothing(held, FLOW, dt.date.fromisoformat(DAY), "batch")
+    assert holds_nothing(held, FLOW, dt.date.fromisoformat(DAY), "stream")
+    never = _run(tmp_path, "quality", "--flow", "trades", "--date", "2026-01-02")
+    assert never.returncode == 2, never.stderr
+    assert "nothing to validate: the batch layer holds no rows of trades for 2026-01-02" in (
+        never.stderr
+    )
+    assert "streamshift eod --flow trades --date 2026-01-02" in never.stderr
+    no_suite = _run(tmp_path, "quality", "--flow", "trades", "--date", DAY, "--dataset", "pnl")
+    assert no_suite.returncode == 2 and "no suite for pnl" in no_suite.stderr
+    for refused in (never, no_suite):
+        assert "starting Spark" not in refused.stderr and "Traceback" not in refused.stderr
 
 
 def test_every_command_has_help() -> None:

@@ -435,6 +435,48 @@ def record(spark: SparkSession, settings: Settings, run: QualityRun) -> None:
         )
 
 
+def wanted_datasets(flow: Flow, only: list[str] | None) -> list[str]:
+    """The datasets to validate: ``only`` (refused when one has no suite) or every suite's."""
+    known = datasets(flow.name)
+    unknown = sorted(set(only or []) - set(known))
+    if unknown:
+        raise QualityError(
+            f"no suite for {', '.join(unknown)}; {flow.name} has suites for "
+            f"{', '.join(known)} (expectations/gx/expectations/{flow.name}/)"
+        )
+    return only or known
+
+
+def nothing_to_validate(flow: Flow, day: dt.date, layer: str) -> QualityError:
+    catch_up = (
+        f"load the day first (`streamshift eod --flow {flow.name} --date {day} --file F`)"
+        if layer == "batch"
+        else f"let `streamshift stream --flow {flow.name}` bring the date's events in first"
+    )
+    return QualityError(
+        f"nothing to validate: the {layer} layer holds no rows of {flow.name} for {day} "
+        f"(none in current state, none quarantined); {catch_up}, pick a date it holds, "
+        "or give --file to validate the EOD file"
+    )
+
+
+def holds_nothing(settings: Settings, flow: Flow, day: dt.date, layer: str) -> bool:
+    """Whether the layer holds no row of the date, current or quarantined, read without a JVM
+    (so the CLI refuses at once instead of after starting Spark)."""
+    from streamshift.core.catalog import LayerTables
+    from streamshift.read.tables import select
+
+    tables = LayerTables(settings.warehouse, flow, layer)
+    for path, column, where in (
+        (tables.current, flow.business_date, []),
+        (tables.quarantine, "business_date", [("flow", "=", flow.name)]),
+    ):
+        found = select(path, [column], [*where, (column, "=", day)], limit=1)
+        if found is not None and found.num_rows:
+            return False
+    return True
+
+
 def run_quality(
     spark: SparkSession,
     settings: Settings,
@@ -449,13 +491,7 @@ def run_quality(
     data in ``layer``; results recorded in ``quality_runs`` (under ``run_id`` when given),
     Data Docs rebuilt."""
     target = Target.open(spark, settings, flow, layer)
-    wanted = only or datasets(flow.name)
-    unknown = sorted(set(wanted) - set(datasets(flow.name)))
-    if unknown:
-        raise QualityError(
-            f"no suite for {', '.join(unknown)}; {flow.name} has suites for "
-            f"{', '.join(datasets(flow.name))} (expectations/gx/expectations/{flow.name}/)"
-        )
+    wanted = wanted_datasets(flow, only)
     if file is not None and not file.exists():
         raise QualityError(f"EOD file {file} not found")
     with when_small([target], [day], files=[file]):
@@ -483,16 +519,7 @@ def _validate_day(
     facts = DayFacts(current, quarantine)
     if file is None and facts.current_rows == 0 and facts.quarantined_rows == 0:
         current.unpersist()
-        catch_up = (
-            f"load the day first (`streamshift eod --flow {flow.name} --date {day} --file F`)"
-            if layer == "batch"
-            else f"let `streamshift stream --flow {flow.name}` bring the date's events in first"
-        )
-        raise QualityError(
-            f"nothing to validate: the {layer} layer holds no rows of {flow.name} for {day} "
-            f"(none in current state, none quarantined); {catch_up}, pick a date it holds, "
-            "or give --file to validate the EOD file"
-        )
+        raise nothing_to_validate(flow, day, layer)
     frames: dict[str, tuple[DataFrame, dict[str, Any]]] = {}
     views = {v.name for v in flow.views}
     for dataset in wanted:
