@@ -61,9 +61,17 @@ def _known_flow(flow: str) -> str:
 
 
 def _cmd_maintain(args: argparse.Namespace) -> int:
-    from streamshift.jobs.maintain import run_maintain
+    from streamshift.core.registry import get_flow
+    from streamshift.jobs.maintain import flow_tables, run_maintain
 
     _known_flow(args.flow)
+    settings = load_settings()
+    if not flow_tables(settings, get_flow(args.flow)):  # said without starting Spark
+        print(
+            f"nothing to maintain: {args.flow} has no tables under {settings.warehouse} yet "
+            "(the first EOD load or stream batch writes them)"
+        )
+        return 0
     settings, spark, flow = _spark(args.flow)
     print(run_maintain(spark, settings, flow).describe())
     return 0

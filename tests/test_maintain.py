@@ -15,6 +15,7 @@ from streamshift.core.settings import load_settings
 from streamshift.jobs.eod import run_eod
 from streamshift.jobs.maintain import flow_tables, run_maintain
 from streamshift.write.target import Target, read
+from tests.cli_support import run_cli
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -33,6 +34,11 @@ def test_maintain_compacts_vacuums_and_checkpoints_and_changes_no_row(spark, tmp
     settings = load_settings(
         {}, home=tmp_path / "home", spark_master="local[2]", spark_shuffle_partitions=2
     )
+    # Before any table exists the command says so, without starting Spark.
+    empty = run_cli(settings.home, "maintain", "--flow", "trades")
+    assert empty.returncode == 0, empty.stderr
+    assert empty.stdout.startswith("nothing to maintain: trades has no tables under")
+    assert "starting Spark" not in empty.stderr
     files = generate_day(DAY, 200, tmp_path / "files", seed=8, progress=False)
     batch = Target.open(spark, settings, FLOW, "batch")
     for path in (files.eod, files.corrections):  # two commits: more than one file
