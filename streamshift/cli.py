@@ -270,8 +270,11 @@ def _timestamp(text: str) -> dt.datetime:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from streamshift.jobs.replay import replay
+    from streamshift.core.registry import get_flow
+    from streamshift.jobs.replay import check_replay, replay
 
+    # A range the broker cannot serve is refused before Spark starts.
+    check_replay(load_settings(), get_flow(args.flow), getattr(args, "from"), args.to, args.topic)
     settings, spark, flow = _spark(args.flow)
     result = replay(
         spark, settings, flow, getattr(args, "from"), args.to, args.into, topic=args.topic

@@ -43,6 +43,23 @@ def test_start_status_stop_like_a_user(tmp_path: Path) -> None:
 
         status = _run(tmp_path, port, "kafka", "status")
         assert status.returncode == 0 and "running (pid" in status.stdout
+
+        # A replay the broker cannot serve is refused before Spark starts, saying why.
+        replays = {
+            name: _run(
+                tmp_path,
+                port,
+                *("replay", "--flow", "trades", "--from", start, "--to", end, "--into", "stream"),
+            )
+            for name, start, end in (
+                ("no topic", "2026-11-20T08:00", "2026-11-20T09:00"),
+                ("reversed", "2026-11-20T09:00", "2026-11-20T08:00"),
+            )
+        }
+        assert f"topic trades does not exist on 127.0.0.1:{port}" in replays["no topic"].stderr
+        assert "must be after --from" in replays["reversed"].stderr
+        for refused in replays.values():
+            assert refused.returncode == 2 and "starting Spark" not in refused.stderr
     finally:
         stopped = _run(tmp_path, port, "kafka", "stop")
     assert stopped.returncode == 0 and "stopped" in stopped.stdout

@@ -113,6 +113,18 @@ class ReplayResult:
         return f"replayed {self.events} events from {self.topic}: {self.apply.describe()}"
 
 
+def check_replay(
+    settings: Settings, flow: Flow, start: dt.datetime, end: dt.datetime, topic: str | None
+) -> str:
+    """The topic to replay, once the range is known valid and retained (no JVM: the CLI asks
+    before it starts Spark)."""
+    if end <= start:
+        raise ReplayRefused(f"--to ({end.isoformat()}) must be after --from ({start.isoformat()})")
+    topic = topic or topic_for(flow)
+    check_retention(retained(settings, topic), start)
+    return topic
+
+
 def replay(
     spark: SparkSession,
     settings: Settings,
@@ -122,10 +134,7 @@ def replay(
     layer: str,
     topic: str | None = None,
 ) -> ReplayResult:
-    if end <= start:
-        raise ReplayRefused(f"--to ({end.isoformat()}) must be after --from ({start.isoformat()})")
-    topic = topic or topic_for(flow)
-    check_retention(retained(settings, topic), start)
+    topic = check_replay(settings, flow, start, end, topic)
     print(
         f"[replay] reading {topic} from {start.isoformat()} to {end.isoformat()}",
         file=sys.stderr,
