@@ -215,6 +215,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
 def _cmd_reconcile(args: argparse.Namespace) -> int:
     from streamshift.jobs.reconcile import run_reconcile
 
+    for option, path in (("--against", args.against), ("--eod-file", args.eod_file)):
+        if path is not None and not path.is_file():  # said before Spark starts
+            raise UserError(f"{option} {path}: file not found; pass an existing CSV file")
     settings, spark, flow = _spark(args.flow)
     run = run_reconcile(
         spark,
@@ -401,8 +404,10 @@ def _trigger_options(p: argparse.ArgumentParser) -> None:
 
 def _cmd_stream(args: argparse.Namespace) -> int:
     from streamshift.core.processes import lower_priority
-    from streamshift.jobs.stream import run_stream
+    from streamshift.core.registry import get_flow
+    from streamshift.jobs.stream import run_stream, stream_topics
 
+    stream_topics(load_settings(), get_flow(args.flow), args.topic)  # the broker, before Spark
     lower_priority(load_settings().stream_nice)  # before the JVM starts: it inherits it
     settings, spark, flow = _spark(args.flow)
     run = run_stream(
@@ -425,12 +430,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         check_checkpoint,
         checkpoint_path,
         run_serve,
+        serve_topics,
     )
 
     # refuse before starting Spark
     flow = get_flow(args.flow)
     view = additive_view(flow, args.view)
     check_checkpoint(checkpoint_path(load_settings(), flow, view, args.engine), args.engine)
+    serve_topics(load_settings(), flow, view, args.topic)
     settings, spark, flow = _spark(args.flow)
     run = run_serve(
         spark,

@@ -1,9 +1,12 @@
-"""`streamshift produce | status` failing the way an operator needs: saying what to do."""
+"""`streamshift produce | stream | serve | replay | reconcile | status` failing the way an
+operator needs: saying what to do, before any Spark JVM starts."""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from streamshift.core.processes import free_port
 from tests.cli_support import run_cli
@@ -34,6 +37,34 @@ def test_produce_without_a_broker_says_how_to_start_one(tmp_path: Path) -> None:
 
     missing = _run(tmp_path, "produce", "--flow", "trades", "--file", str(tmp_path / "nope.csv"))
     assert missing.returncode == 2 and "not found" in missing.stderr
+
+
+@pytest.mark.slow  # each job waits ~10 s for the broker that is not there
+def test_jobs_refuse_what_they_cannot_do_before_starting_spark(tmp_path: Path) -> None:
+    nowhere = {"kafka_bootstrap_servers": f"127.0.0.1:{free_port()}"}
+    refused = {
+        "stream": _run(tmp_path, "stream", "--flow", "trades", **nowhere),
+        "serve": _run(tmp_path, "serve", "--flow", "trades", **nowhere),
+        "replay": _run(
+            tmp_path,
+            *("replay", "--flow", "trades", "--into", "stream"),
+            *("--from", "2026-11-20T08:00", "--to", "2026-11-20T09:00"),
+            **nowhere,
+        ),
+    }
+    for command, result in refused.items():
+        assert result.returncode == 2, (command, result.stderr)
+        assert "cannot reach Kafka" in result.stderr, command
+        assert "streamshift kafka start" in result.stderr, command
+    nothing = tmp_path / "nope.csv"
+    refused["reconcile"] = _run(
+        tmp_path, "reconcile", "--flow", "trades", "--date", "2026-11-20", "--against", str(nothing)
+    )
+    assert refused["reconcile"].returncode == 2
+    assert f"--against {nothing}: file not found" in refused["reconcile"].stderr
+    for command, result in refused.items():
+        assert "starting Spark" not in result.stderr, command
+        assert "Traceback" not in result.stderr, command
 
 
 def test_status_without_any_stream_job(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from streamshift.core.errors import StreamshiftError
 from streamshift.core.flow import Flow
 from streamshift.sources.decode import decode
 from streamshift.sources.events import KAFKA_SOURCE, TRANSPORT_COLUMNS, topic_for
+from streamshift.sources.kafka import unreachable
 from streamshift.write.apply import ApplyResult, apply_changes
 from streamshift.write.target import Target
 
@@ -61,10 +62,7 @@ def retained(settings: Settings, topic: str) -> list[RetainedRange]:
         try:
             meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
         except KafkaException as exc:
-            raise ReplayRefused(
-                f"cannot reach Kafka at {settings.kafka_bootstrap_servers} "
-                f"({exc.args[0]}); start the broker first"
-            ) from None
+            raise ReplayRefused(unreachable(settings, exc)) from None
         if meta is None or meta.error is not None or not meta.partitions:
             raise ReplayRefused(
                 f"topic {topic} does not exist on {settings.kafka_bootstrap_servers}"

@@ -414,6 +414,19 @@ def check_checkpoint(path: str | Path, engine: str) -> None:
     )
 
 
+def serve_topics(
+    settings: Settings, flow: Flow, view: View, topic: str | None = None
+) -> tuple[str, str]:
+    """The source topic and the view's compacted topic, created when missing (no JVM: the CLI
+    asks before it starts Spark, so an unreachable broker is said at once)."""
+    from streamshift.sources.kafka import ensure_topics
+
+    source = topic or topic_for(flow)
+    out = serving_topic(source, view.name)
+    ensure_topics(settings, source, out, compacted=[out])
+    return source, out
+
+
 def run_serve(
     spark: SparkSession,
     settings: Settings,
@@ -427,28 +440,17 @@ def run_serve(
     echo: bool = True,
 ) -> ServeRun:
     """Run the serving query until it finishes (available-now) or is interrupted."""
-    from confluent_kafka import KafkaException
     from pyspark.sql import functions as F
 
     from streamshift.jobs.stream import _offsets, kafka_stream
     from streamshift.sources.decode import decode
-    from streamshift.sources.kafka import ensure_topic
     from streamshift.write.target import load_reference
     from streamshift.write.transforms import checked_changes
 
     view = additive_view(flow, view_name)
     checkpoint = checkpoint_path(settings, flow, view, engine)
     check_checkpoint(checkpoint, engine)
-    source_topic = topic or topic_for(flow)
-    out_topic = serving_topic(source_topic, view.name)
-    try:
-        ensure_topic(settings, source_topic)
-        ensure_topic(settings, out_topic, compacted=True)
-    except KafkaException as exc:
-        raise ServeError(
-            f"cannot reach Kafka at {settings.kafka_bootstrap_servers} ({exc.args[0]}); start "
-            "the local broker with `streamshift kafka start`"
-        ) from None
+    source_topic, out_topic = serve_topics(settings, flow, view, topic)
     # The state store: RocksDB, one partition (one state key). Fixed by the checkpoint's first
     # batch; set for the query's start and restored after, so a shared session keeps its own.
     conf = {

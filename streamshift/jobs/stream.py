@@ -44,7 +44,7 @@ from streamshift.sources.events import (
     dlq_topic,
     topic_for,
 )
-from streamshift.sources.kafka import ensure_topic, producer_config
+from streamshift.sources.kafka import ensure_topics, producer_config
 from streamshift.write.apply import ApplyResult, apply_changes
 from streamshift.write.target import Target, read
 
@@ -427,6 +427,15 @@ def kafka_stream(spark: SparkSession, settings: Settings, topic: str) -> DataFra
     )
 
 
+def stream_topics(settings: Settings, flow: Flow, topic: str | None = None) -> tuple[str, str]:
+    """The stream's topic and its dead-letter topic, created when missing (no JVM: the CLI asks
+    before it starts Spark, so an unreachable broker is said at once)."""
+    topic = topic or topic_for(flow)
+    dlq = dlq_topic(topic)
+    ensure_topics(settings, topic, dlq)
+    return topic, dlq
+
+
 def run_stream(
     spark: SparkSession,
     settings: Settings,
@@ -441,19 +450,8 @@ def run_stream(
     stop: GracefulStop | None = None,
 ) -> StreamRun:
     """Run the flow's streaming query until it finishes (available-now) or is stopped."""
-    from confluent_kafka import KafkaException
-
     started = time.monotonic()
-    topic = topic or topic_for(flow)
-    dlq = dlq_topic(topic)
-    try:
-        ensure_topic(settings, topic)
-        ensure_topic(settings, dlq)
-    except KafkaException as exc:
-        raise StreamError(
-            f"cannot reach Kafka at {settings.kafka_bootstrap_servers} ({exc.args[0]}); start "
-            "the local broker with `streamshift kafka start`"
-        ) from None
+    topic, dlq = stream_topics(settings, flow, topic)
     target = Target.open(spark, settings, flow, layer).create_tables()
     totals = StreamTotals()
     stop = stop or GracefulStop()

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
+from streamshift.core.errors import StreamshiftError
 from streamshift.core.settings import Settings
+
+
+class KafkaUnreachable(StreamshiftError):
+    """The brokers did not answer; the message says how to start or point at them."""
 
 
 def admin_client(settings: Settings):  # type: ignore[no-untyped-def]
@@ -45,6 +51,18 @@ def ensure_topic(
             return False
         raise
     return True
+
+
+def ensure_topics(settings: Settings, *names: str, compacted: Collection[str] = ()) -> None:
+    """Create each topic that does not exist yet (those in ``compacted`` as changelogs), with
+    no JVM: a job asks before it starts Spark. :class:`KafkaUnreachable` when no broker answers."""
+    from confluent_kafka import KafkaException
+
+    try:
+        for name in names:
+            ensure_topic(settings, name, compacted=name in compacted)
+    except KafkaException as exc:
+        raise KafkaUnreachable(unreachable(settings, exc)) from None
 
 
 def unreachable(settings: Settings, exc: Exception) -> str:
