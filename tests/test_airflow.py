@@ -181,13 +181,16 @@ def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stac
     states = client.task_states("eod_trades", "symlink-out")
     assert run["state"] == "failed" and states["resolve_inputs"] == "failed"
     assert states["load_eod_file"] == "upstream_failed"  # no Spark job started
+    refused = "/api/v2/assets/events?source_dag_id=eod_trades&source_run_id=symlink-out"
+    assert client.get(refused)["asset_events"] == []  # nothing published
 
     client.trigger("eod_trades", {"business_date": str(REST_DAY)}, run_id="rest-day")
     # As a user backfills: `streamshift airflow cli backfill create ...` on the running stack.
     # The local stack's SQLite lets one writer in at a time; a transaction that must upgrade
     # from reading to writing while the scheduler writes gets "database is locked" at once
     # (the busy timeout cannot help it), and rolls back whole. Then the user runs it again.
-    for _attempt in range(3):
+    # On a loaded machine the scheduler writes often; six tries, as a user would.
+    for _attempt in range(6):
         done = run_cli(
             settings.home,
             "airflow",
@@ -207,7 +210,7 @@ def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stac
         )
         if done.returncode == 0 or "database is locked" not in done.stderr:
             break
-        time.sleep(5)
+        time.sleep(10)
     assert done.returncode == 0, done.stderr[-3000:]
 
     run = client.wait_for_run("eod_trades", "rest-day", timeout=1200)
@@ -220,6 +223,15 @@ def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stac
     )["value"]
     assert summary["business_date"] == str(REST_DAY) and summary["reconciliations"] == 1
     assert summary["breaks"] > 0  # the generated clearing file carries deliberate breaks
+    # The day is published as an event of the flow's asset, carrying the summary, for the
+    # DAGs downstream that run on it.
+    events = client.get("/api/v2/assets/events?source_dag_id=eod_trades&source_run_id=rest-day")[
+        "asset_events"
+    ]
+    assert [(e["name"], e["uri"], e["source_task_id"]) for e in events] == [
+        ("trades_eod_published", "x-streamshift://trades/eod-published", "publish_summary")
+    ]
+    assert events[0]["extra"] == summary
     loaded = positions(spark, settings.warehouse, REST_DAY)
     assert loaded and loaded == expected_positions(spark, files.eod)
 

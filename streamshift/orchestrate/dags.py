@@ -18,7 +18,7 @@ from typing import Any
 import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.standard.sensors.filesystem import FileSensor
-from airflow.sdk import DAG, Param, TriggerRule, get_current_context, task
+from airflow.sdk import DAG, Asset, Param, TriggerRule, get_current_context, task
 
 from streamshift.core.settings import REPO_ROOT, Settings, load_settings
 from streamshift.orchestrate import tasks as T
@@ -41,6 +41,18 @@ DEFAULT_ARGS: dict[str, Any] = {
 
 def _settings() -> Settings:
     return load_settings()
+
+
+def published_asset(flow: str) -> Asset:
+    """The Airflow asset ``eod_<flow>`` updates when a business day is published: loaded (or
+    corrected), reconciled, through the data-quality verdict, reported. A downstream DAG runs on
+    it with ``schedule=published_asset("trades")``; each event's ``extra`` holds the run's
+    summary (``business_date``, ``stage``, ``verdict``, ``breaks``, ``quality``, ``report``)."""
+    return Asset(
+        name=f"{flow}_eod_published",
+        uri=f"x-streamshift://{flow}/eod-published",
+        group="streamshift",
+    )
 
 
 class StreamshiftSparkSubmitOperator(SparkSubmitOperator):
@@ -289,10 +301,17 @@ the log). Backfill with
 
         report = write_report(inputs)
 
-        @task(doc_md="Publish the run's summary: XCom and one readable line in the log.")
+        published = published_asset(flow)
+
+        @task(
+            outlets=[published],
+            doc_md=f"Publish the run's summary: XCom, one readable line in the log, and an "
+            f"event of the asset `{published.name}` carrying it (downstream DAGs run on it).",
+        )
         def publish_summary(resolved: dict[str, Any]) -> dict[str, Any]:
             result, line = T.summary(_settings(), resolved)
             print(f"SUMMARY {line}")
+            get_current_context()["outlet_events"][published].extra = result
             return result
 
         checked = check_raw_file(inputs)
