@@ -46,7 +46,7 @@ def _settings() -> Settings:
 def published_asset(flow: str) -> Asset:
     """The Airflow asset ``eod_<flow>`` updates when a business day is published: loaded (or
     corrected), reconciled, through the data-quality verdict, reported. A downstream DAG runs on
-    it with ``schedule=published_asset("trades")``; each event's ``extra`` holds the run's
+    it with ``schedule=published_asset(flow)``; each event's ``extra`` holds the run's
     summary (``business_date``, ``stage``, ``verdict``, ``breaks``, ``quality``, ``report``)."""
     return Asset(
         name=f"{flow}_eod_published",
