@@ -213,11 +213,11 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_reconcile(args: argparse.Namespace) -> int:
-    from streamshift.jobs.reconcile import run_reconcile
+    from streamshift.core.registry import get_flow
+    from streamshift.jobs.reconcile import check_reconcile, run_reconcile
 
-    for option, path in (("--against", args.against), ("--eod-file", args.eod_file)):
-        if path is not None and not path.is_file():  # said before Spark starts
-            raise UserError(f"{option} {path}: file not found; pass an existing CSV file")
+    # Missing files, or --correct in a stage it does not apply to: refused before Spark starts.
+    check_reconcile(load_settings(), get_flow(args.flow), args.against, args.eod_file, args.correct)
     settings, spark, flow = _spark(args.flow)
     run = run_reconcile(
         spark,
@@ -407,8 +407,9 @@ def _cmd_stream(args: argparse.Namespace) -> int:
     from streamshift.core.registry import get_flow
     from streamshift.jobs.stream import run_stream, stream_topics
 
-    stream_topics(load_settings(), get_flow(args.flow), args.topic)  # the broker, before Spark
-    lower_priority(load_settings().stream_nice)  # before the JVM starts: it inherits it
+    settings = load_settings()
+    stream_topics(settings, get_flow(args.flow), args.topic)  # the broker, before Spark
+    lower_priority(settings.stream_nice)  # before the JVM starts: it inherits it
     settings, spark, flow = _spark(args.flow)
     run = run_stream(
         spark,
@@ -436,8 +437,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     # refuse before starting Spark
     flow = get_flow(args.flow)
     view = additive_view(flow, args.view)
-    check_checkpoint(checkpoint_path(load_settings(), flow, view, args.engine), args.engine)
-    serve_topics(load_settings(), flow, view, args.topic)
+    settings = load_settings()
+    check_checkpoint(checkpoint_path(settings, flow, view, args.engine), args.engine)
+    serve_topics(settings, flow, view, args.topic)
     settings, spark, flow = _spark(args.flow)
     run = run_serve(
         spark,

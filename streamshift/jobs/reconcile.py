@@ -279,6 +279,23 @@ class ReconcileRun:
         return "\n".join(lines)
 
 
+def check_reconcile(
+    settings: Settings, flow: Flow, against: Path | None, eod_file: Path | None, correct: bool
+) -> str:
+    """The flow's stage, once the files exist and ``correct`` fits it (no JVM: the CLI asks
+    before it starts Spark)."""
+    for option, path in (("--against", against), ("--eod-file", eod_file)):
+        if path is not None and not path.exists():
+            raise ReconcileError(f"{option} {path}: file not found; pass an existing CSV file")
+    stage = current_stage(settings, flow.name)
+    if correct and (eod_file is None or stage not in CORRECTING_STAGES):
+        raise ReconcileError(
+            f"--correct applies the EOD file (--eod-file) to the stream layer in stage stream or "
+            f"kappa; {flow.name} is in stage {stage}"
+        )
+    return stage
+
+
 def run_reconcile(
     spark: SparkSession,
     settings: Settings,
@@ -292,15 +309,7 @@ def run_reconcile(
 ) -> ReconcileRun:
     """The reconcile job: reconcile the date; with ``correct`` (stage stream or kappa) apply the
     EOD file's differences to the stream layer and reconcile again."""
-    for path in (against, eod_file):
-        if path is not None and not path.exists():
-            raise ReconcileError(f"file {path} not found")
-    stage = current_stage(settings, flow.name)
-    if correct and (eod_file is None or stage not in CORRECTING_STAGES):
-        raise ReconcileError(
-            f"--correct applies the EOD file (--eod-file) to the stream layer in stage stream or "
-            f"kappa; {flow.name} is in stage {stage}"
-        )
+    stage = check_reconcile(settings, flow, against, eod_file, correct)
     targets = open_layers(spark, settings, flow)
 
     def reconcile() -> list[ReconResult]:
