@@ -6,8 +6,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
+import sqlite3
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -88,3 +93,31 @@ def expected_positions(spark, *files: Path) -> list[tuple[Any, ...]]:  # type: i
 
     rows = [row for f in files for row in read_rows(f, FLOW)]
     return sorted(oracle(spark, rows, load_reference(spark, FLOW))["positions"], key=repr)
+
+
+@contextmanager
+def busy_writer(database: Path, every: float = 0.01) -> Iterator[list[int]]:
+    """Another writer of the stack's SQLite database committing every ``every`` seconds (as a
+    busy scheduler does, only more often); yields the list its commit count is kept in."""
+    stop, commits = threading.Event(), [0]
+
+    def write() -> None:
+        connection = sqlite3.connect(database, timeout=60)
+        connection.execute("CREATE TABLE IF NOT EXISTS streamshift_test_writes (at REAL)")
+        connection.commit()
+        while not stop.is_set():
+            connection.execute("INSERT INTO streamshift_test_writes VALUES (?)", (time.time(),))
+            connection.commit()
+            commits[0] += 1
+            time.sleep(every)
+        connection.execute("DROP TABLE streamshift_test_writes")
+        connection.commit()
+        connection.close()
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    try:
+        yield commits
+    finally:
+        stop.set()
+        thread.join(timeout=120)

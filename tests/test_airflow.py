@@ -19,10 +19,18 @@ from streamshift.core.catalog import LayerTables
 from streamshift.core.processes import group_alive, group_members
 from streamshift.core.registry import flow_names
 from streamshift.core.settings import REPO_ROOT, load_settings
+from streamshift.local import airflow_db
 from streamshift.local.airflow import AirflowApiError, LocalAirflow
 from streamshift.orchestrate import tasks as T
 from streamshift.write.target import delta_log_version
-from tests.airflow_support import dag_test, expected_positions, land_day, land_external, positions
+from tests.airflow_support import (
+    busy_writer,
+    dag_test,
+    expected_positions,
+    land_day,
+    land_external,
+    positions,
+)
 from tests.cli_support import run_cli
 
 # Dates well before the latest scheduled interval, so the run the scheduler creates when a DAG
@@ -71,6 +79,79 @@ def test_down_stops_a_component_group_that_outlives_its_leader(tmp_path: Path) -
     leader.wait(timeout=5)
     assert group_members(leader.pid) == [] and not group_alive(leader.pid)
     assert not stack.pid_file.exists()
+
+
+# A transaction as ``airflow backfill create`` makes one per run (``begin_nested``, whose
+# SAVEPOINT starts SQLite's transaction): it reads, another process (the scheduler) commits,
+# then it writes. Airflow's engine setup for SQLite (WAL) is reproduced.
+READ_THEN_WRITE = """
+import sqlite3, sys, threading, time
+from sqlalchemy import create_engine, event
+from streamshift.local import airflow_db
+
+path = sys.argv[1]
+engine = create_engine(f"sqlite:///{path}", connect_args=airflow_db.CONNECT_ARGS)
+event.listen(engine, "connect", lambda c, r: c.execute("PRAGMA journal_mode=WAL"))
+with engine.begin() as c:
+    c.exec_driver_sql("CREATE TABLE t (who TEXT)")
+
+go, order = threading.Event(), []
+def scheduler():
+    go.wait()
+    other = sqlite3.connect(path, timeout=60)
+    other.execute("INSERT INTO t VALUES ('scheduler')")
+    other.commit()
+    order.append("scheduler")
+thread = threading.Thread(target=scheduler)
+thread.start()
+try:
+    with engine.begin() as c, c.begin_nested():  # as Airflow creates each backfill run
+        c.exec_driver_sql("SELECT count(*) FROM t").scalar()
+        go.set()
+        time.sleep(1)  # the scheduler commits now, unless it must wait for this transaction
+        c.exec_driver_sql("INSERT INTO t VALUES ('cli')")
+        order.append("cli")
+    outcome = "committed"
+except Exception as error:
+    outcome = f"failed: {error}"
+thread.join()
+with engine.connect() as c:
+    rows = [r[0] for r in c.exec_driver_sql("SELECT who FROM t ORDER BY rowid")]
+print(outcome, order, rows)
+"""
+
+
+@pytest.mark.airflow
+@pytest.mark.parametrize("writer", [False, True])
+def test_a_cli_transaction_waits_for_the_lock_instead_of_failing(tmp_path: Path, writer) -> None:  # type: ignore[no-untyped-def]
+    """A one-off Airflow command's transaction that reads, meets a commit, then writes: on
+    Airflow's own SQLite setup it fails at once with "database is locked" (what failed the
+    backfill under load); as ``streamshift airflow cli`` runs it, it holds the write lock from
+    its first statement, so the other writer waits for it and both commit."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env.pop(airflow_db.WRITER_ENV, None)
+    if writer:
+        env[airflow_db.WRITER_ENV] = "1"
+    done = subprocess.run(
+        [sys.executable, "-c", READ_THEN_WRITE, str(tmp_path / "airflow.db")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    if writer:
+        assert done.stdout.split() == [
+            "committed",
+            "['cli',",
+            "'scheduler']",
+            "['cli',",
+            "'scheduler']",
+        ]
+    else:
+        assert done.stdout.startswith("failed: (sqlite3.OperationalError) database is locked")
+        assert done.stdout.rstrip().endswith("['scheduler'] ['scheduler']")  # nothing of the cli
 
 
 @pytest.mark.airflow
@@ -185,12 +266,12 @@ def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stac
     assert client.get(refused)["asset_events"] == []  # nothing published
 
     client.trigger("eod_trades", {"business_date": str(REST_DAY)}, run_id="rest-day")
-    # As a user backfills: `streamshift airflow cli backfill create ...` on the running stack.
-    # The local stack's SQLite lets one writer in at a time; a transaction that must upgrade
-    # from reading to writing while the scheduler writes gets "database is locked" at once
-    # (the busy timeout cannot help it), and rolls back whole. Then the user runs it again.
-    # On a loaded machine the scheduler writes often; six tries, as a user would.
-    for _attempt in range(6):
+    # As a user backfills: `streamshift airflow cli backfill create ...` on the running stack,
+    # once, while another writer commits every 10 ms. The local stack's SQLite lets one writer
+    # in at a time; Airflow's own transaction for each backfill run reads, then writes, and
+    # failed at once with "database is locked" whenever a commit came between (the scheduler's,
+    # under load). The command now takes the write lock first and waits its turn.
+    with busy_writer(settings.airflow_home / "airflow.db") as commits:
         done = run_cli(
             settings.home,
             "airflow",
@@ -208,9 +289,7 @@ def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stac
             spark_master=settings.spark_master,
             spark_shuffle_partitions=str(settings.spark_shuffle_partitions),
         )
-        if done.returncode == 0 or "database is locked" not in done.stderr:
-            break
-        time.sleep(10)
+    assert commits[0] > 50  # the other writer committed all along
     assert done.returncode == 0, done.stderr[-3000:]
 
     run = client.wait_for_run("eod_trades", "rest-day", timeout=1200)

@@ -35,6 +35,7 @@ from typing import Any
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.processes import group_alive, pid_alive, port_open
 from streamshift.core.settings import REPO_ROOT, Settings, as_env, env_name
+from streamshift.local import airflow_db
 
 # Each component's command. The scheduler and triggerer would also serve task logs on all
 # interfaces (port 8793/8794); the API server reads the local log files itself, so they don't.
@@ -60,12 +61,7 @@ _SUPERVISE = (
 USER = "admin"
 VIEWER = "viewer"  # read-only: sees the DAGs and the Migration page, cannot trigger or promote
 USERS = {USER: "admin", VIEWER: "viewer"}  # user -> SimpleAuthManager role
-
-
-# SQLite allows one writer at a time; the scheduler, the API server, task processes and CLI
-# calls (``backfill create``) all write. Wait for the lock up to a minute instead of sqlite's
-# default 5 s, which under load failed a backfill with "database is locked".
-SQLITE_CONNECT_ARGS = {"timeout": 60}
+_CONNECT_ARGS = f"{airflow_db.__name__}.CONNECT_ARGS"  # imported by name in every component
 
 
 class AirflowError(StreamshiftError):
@@ -121,8 +117,8 @@ def airflow_env(
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": f"{__name__}.SQLITE_CONNECT_ARGS",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": f"{__name__}.SQLITE_CONNECT_ARGS",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": _CONNECT_ARGS,
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": _CONNECT_ARGS,
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(port),
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
@@ -226,8 +222,10 @@ class LocalAirflow:
         )
 
     def run_cli(self, args: list[str]) -> int:
-        """Run ``airflow ARGS`` with the local stack's environment; its exit code."""
-        return subprocess.call([str(_venv_bin() / "airflow"), *args], env=self.env())
+        """Run ``airflow ARGS`` with the local stack's environment, its transactions taking
+        SQLite's write lock before they read (``airflow_db``); its exit code."""
+        env = {**self.env(), airflow_db.WRITER_ENV: "1"}
+        return subprocess.call([str(_venv_bin() / "airflow"), *args], env=env)
 
     def migrate(self) -> None:
         """Create or upgrade the metadata database (idempotent)."""
