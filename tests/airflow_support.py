@@ -121,3 +121,17 @@ def busy_writer(database: Path, every: float = 0.01) -> Iterator[list[int]]:
     finally:
         stop.set()
         thread.join(timeout=120)
+
+
+def asset_events(settings: Settings, asset: str) -> list[dict[str, Any]]:
+    """The ``extra`` of every event of ``asset`` in the stack's metadata database, oldest first."""
+    connection = sqlite3.connect(settings.airflow_home / "airflow.db", timeout=60)
+    try:
+        rows = connection.execute(
+            "SELECT e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id "
+            "WHERE a.name = ? ORDER BY e.id",
+            (asset,),
+        ).fetchall()
+    finally:
+        connection.close()
+    return [json.loads(extra) for (extra,) in rows]

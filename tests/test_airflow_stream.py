@@ -33,7 +33,7 @@ from streamshift.sources.produce import produce_rows, read_rows
 from streamshift.write.apply import apply_changes
 from streamshift.write.target import Target, read
 from streamshift.write.transforms import raw_schema
-from tests.airflow_support import dag_test, land_day, land_external
+from tests.airflow_support import asset_events, dag_test, land_day, land_external
 from tests.cli_support import CLI, cli_env
 from tests.stream_support import new_topic, oracle, state
 
@@ -181,3 +181,8 @@ def test_late_data_re_reconciles_exactly_the_late_date(spark, tmp_path: Path) ->
     assert after[d1] == before[d1] + 1 and after[d2] == before[d2]
     report = settings.reports / "trades" / str(d1) / "report.html"
     assert report.exists()
+    # The date is published again: one event of the flow's asset, for d1 only.
+    events = asset_events(settings, "trades_eod_published")
+    assert [(e["business_date"], e["cause"], e["reconciliations"]) for e in events] == [
+        (str(d1), "late data", 1)  # the latest reconciliation of each kind: the external one
+    ]

@@ -114,6 +114,12 @@ def test_summary_reads_the_days_report(settings) -> None:  # type: ignore[no-unt
     result, line = T.summary(settings, inputs)
     assert result["breaks"] == 3 and result["verdict"] == "3 breaks"
     assert line.startswith("trades 2026-11-20 (stage shadow, delta file trades_eod_2026-11-20.csv)")
+    assert result["cause"] == "eod"
+    # Published again after late events: no file, no mode.
+    late, line = T.summary(settings, {"flow": "trades", "business_date": "2026-11-20"})
+    assert late["cause"] == "late data" and late["file"] is None and late["mode"] is None
+    assert late["breaks"] == 3 and late["business_date"] == "2026-11-20"
+    assert line.startswith("trades 2026-11-20 (stage shadow, late data): 3 breaks")
 
 
 def test_stream_health_from_the_heartbeat() -> None:

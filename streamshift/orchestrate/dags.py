@@ -44,10 +44,12 @@ def _settings() -> Settings:
 
 
 def published_asset(flow: str) -> Asset:
-    """The Airflow asset ``eod_<flow>`` updates when a business day is published: loaded (or
-    corrected), reconciled, through the data-quality verdict, reported. A downstream DAG runs on
-    it with ``schedule=published_asset(flow)``; each event's ``extra`` holds the run's
-    summary (``business_date``, ``stage``, ``verdict``, ``breaks``, ``quality``, ``report``)."""
+    """The Airflow asset a business day's publication updates: ``eod_<flow>``'s when the day is
+    loaded (or corrected), reconciled, through the data-quality verdict and reported (``cause``
+    ``eod``); ``late_data_<flow>``'s when late events changed a closed day and it was
+    re-reconciled and re-reported (``cause`` ``late data``). A downstream DAG runs on it with
+    ``schedule=published_asset(flow)``; each event's ``extra`` holds the summary
+    (``business_date``, ``cause``, ``stage``, ``verdict``, ``breaks``, ``quality``, ``report``)."""
     return Asset(
         name=f"{flow}_eod_published",
         uri=f"x-streamshift://{flow}/eod-published",
@@ -373,7 +375,21 @@ per date).
         def write_report(args: list[str]) -> str:
             return _write_report(flow, args[args.index("--date") + 1])
 
-        reconcile >> write_report.expand(args=dates)
+        published = published_asset(flow)
+
+        @task(
+            outlets=[published],
+            doc_md=f"Publish one re-reconciled date again: its summary in XCom and the log, and "
+            f"an event of the asset `{published.name}` with `cause` `late data`.",
+        )
+        def publish_summary(args: list[str]) -> dict[str, Any]:
+            day = args[args.index("--date") + 1]
+            result, line = T.summary(_settings(), {"flow": flow, "business_date": day})
+            print(f"SUMMARY {line}")
+            get_current_context()["outlet_events"][published].extra = result
+            return result
+
+        reconcile >> write_report.expand(args=dates) >> publish_summary.expand(args=dates)
     return dag
 
 

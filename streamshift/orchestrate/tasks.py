@@ -176,18 +176,24 @@ def quality_verdict(settings: Settings, inputs: dict[str, Any]) -> QualityRun | 
 
 
 def summary(settings: Settings, inputs: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """The run's summary from the day's report.json: (XCom value, one line for the log)."""
+    """The run's summary from the day's report.json: (XCom value, one line for the log).
+
+    ``inputs`` names the flow and business date, and what published the day: an EOD run gives
+    its file and mode (``cause`` ``eod``); a re-reconciliation after late events gives
+    neither (``cause`` ``late data``)."""
     report_dir = settings.reports / inputs["flow"] / inputs["business_date"]
     data = json.loads((report_dir / "report.json").read_text())
     breaks = sum(int(v) for v in data.get("breaks_by_kind", {}).values())
     recons = data.get("reconciliations", [])
     verdict = "no reconciliation" if not recons else "clean" if breaks == 0 else f"{breaks} breaks"
+    cause = "eod" if inputs.get("file") else "late data"
     result = {
         "flow": inputs["flow"],
         "business_date": inputs["business_date"],
+        "cause": cause,
         "stage": data["stage"],
-        "mode": inputs["mode"],
-        "file": inputs["file"],
+        "mode": inputs.get("mode"),
+        "file": inputs.get("file"),
         "reconciliations": len(recons),
         "breaks": breaks,
         "verdict": verdict,
@@ -199,10 +205,10 @@ def summary(settings: Settings, inputs: dict[str, Any]) -> tuple[dict[str, Any],
             if q["policy"] == "warn"
         ],
     }
+    source = f"{inputs['mode']} file {Path(inputs['file']).name}" if cause == "eod" else "late data"
     line = (
-        f"{inputs['flow']} {inputs['business_date']} (stage {data['stage']}, {inputs['mode']} "
-        f"file {Path(inputs['file']).name}): {verdict} in {len(recons)} reconciliations; "
-        f"report {result['report']}"
+        f"{inputs['flow']} {inputs['business_date']} (stage {data['stage']}, {source}): "
+        f"{verdict} in {len(recons)} reconciliations; report {result['report']}"
     )
     if result["quality"]:
         q = result["quality"]
