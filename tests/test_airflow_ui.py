@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -110,13 +111,19 @@ def _shown(driver) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     }
 
 
-def _login_and_open(driver, airflow: LocalAirflow) -> None:  # type: ignore[no-untyped-def]
-    """Sign in through Airflow's login form, open Browse → Migration, enter its frame."""
+def _login(driver, airflow: LocalAirflow, then: str) -> WebDriverWait:  # type: ignore[no-untyped-def]
+    """Sign in through Airflow's login form, which then opens the UI's page ``then``."""
     wait = WebDriverWait(driver, 60)
-    driver.get(f"{airflow.url}/auth/login?next=%2Fplugin%2Fmigration")
+    driver.get(f"{airflow.url}/auth/login?next={urllib.parse.quote(then, safe='')}")
     wait.until(EC.presence_of_element_located((By.NAME, "username"))).send_keys(USER)
     driver.find_element(By.NAME, "password").send_keys(password(airflow.settings))
     driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    return wait
+
+
+def _login_and_open(driver, airflow: LocalAirflow) -> None:  # type: ignore[no-untyped-def]
+    """Sign in, open Browse → Migration, enter its frame."""
+    wait = _login(driver, airflow, "/plugin/migration")
     frame = wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "iframe[title=Migration]")))
     assert frame.get_attribute("src").endswith("/streamshift/migration")
     driver.switch_to.frame(frame)
@@ -226,6 +233,29 @@ def test_migration_page_in_the_browser_shows_the_tables_and_promotes_through_the
     assert json.loads(changes["evidence"])["window"] == 3
     assert _shown(browser) == _expected(spark, settings)
     browser.save_screenshot(str(tmp_path / "migration-page-promoted.png"))
+
+
+def test_the_assets_page_lists_what_each_flows_eod_publishes(
+    airflow_stack, browser, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """Airflow's Assets page shows each flow's ``<flow>_eod_published``, the asset downstream
+    DAGs schedule on, once the DAG processor has parsed the EOD DAGs."""
+    settings, client = airflow_stack
+    for flow in flow_names():
+        client.wait_for_dag(f"eod_{flow}")
+    # Each is produced by the publish task of the flow's EOD and late-data DAGs.
+    assets = {a["name"]: a for a in client.get("/api/v2/assets?limit=100")["assets"]}
+    for flow in flow_names():
+        asset = assets[f"{flow}_eod_published"]
+        assert asset["uri"] == f"x-streamshift://{flow}/eod-published"
+        assert sorted((t["dag_id"], t["task_id"]) for t in asset["producing_tasks"]) == [
+            (f"eod_{flow}", "publish_summary"),
+            (f"late_data_{flow}", "publish_summary"),
+        ]
+    wait = _login(browser, LocalAirflow(settings), "/assets")
+    names = [f"{flow}_eod_published" for flow in flow_names()]
+    wait.until(lambda d: all(n in d.find_element(By.TAG_NAME, "body").text for n in names))
+    browser.save_screenshot(str(tmp_path / "assets-page.png"))
 
 
 def _status(
