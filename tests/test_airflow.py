@@ -19,7 +19,6 @@ from streamshift.core.catalog import LayerTables
 from streamshift.core.processes import group_alive, group_members
 from streamshift.core.registry import flow_names
 from streamshift.core.settings import REPO_ROOT, load_settings
-from streamshift.local import airflow_db
 from streamshift.local.airflow import AirflowApiError, LocalAirflow
 from streamshift.orchestrate import tasks as T
 from streamshift.write.target import delta_log_version
@@ -82,15 +81,16 @@ def test_down_stops_a_component_group_that_outlives_its_leader(tmp_path: Path) -
 
 
 # A transaction as ``airflow backfill create`` makes one per run (``begin_nested``, whose
-# SAVEPOINT starts SQLite's transaction): it reads, another process (the scheduler) commits,
-# then it writes. Airflow's engine setup for SQLite (WAL) is reproduced.
+# SAVEPOINT begins SQLite's transaction): it reads, another process (the scheduler) commits,
+# then it writes. Airflow's engine set-up for SQLite (WAL) is reproduced; argv[2] says whether
+# the process imports the stack's connect arguments as Airflow's components do.
 READ_THEN_WRITE = """
-import sqlite3, sys, threading, time
+import importlib, sqlite3, sys, threading, time
 from sqlalchemy import create_engine, event
-from streamshift.local import airflow_db
 
-path = sys.argv[1]
-engine = create_engine(f"sqlite:///{path}", connect_args=airflow_db.CONNECT_ARGS)
+path, stacks = sys.argv[1], sys.argv[2] == "stack"
+args = importlib.import_module("streamshift.local.airflow_db").CONNECT_ARGS if stacks else {}
+engine = create_engine(f"sqlite:///{path}", connect_args={**args, "timeout": 60})
 event.listen(engine, "connect", lambda c, r: c.execute("PRAGMA journal_mode=WAL"))
 with engine.begin() as c:
     c.exec_driver_sql("CREATE TABLE t (who TEXT)")
@@ -105,12 +105,14 @@ def scheduler():
 thread = threading.Thread(target=scheduler)
 thread.start()
 try:
-    with engine.begin() as c, c.begin_nested():  # as Airflow creates each backfill run
-        c.exec_driver_sql("SELECT count(*) FROM t").scalar()
-        go.set()
-        time.sleep(1)  # the scheduler commits now, unless it must wait for this transaction
-        c.exec_driver_sql("INSERT INTO t VALUES ('cli')")
-        order.append("cli")
+    with engine.begin() as c:
+        c.exec_driver_sql("SELECT count(*) FROM t").scalar()  # outside SQLite's transaction
+        with c.begin_nested():
+            c.exec_driver_sql("SELECT count(*) FROM t").scalar()
+            go.set()
+            time.sleep(1)  # the scheduler commits now, unless it must wait for this transaction
+            c.exec_driver_sql("INSERT INTO t VALUES ('cli')")
+            order.append("cli")
     outcome = "committed"
 except Exception as error:
     outcome = f"failed: {error}"
@@ -122,33 +124,25 @@ print(outcome, order, rows)
 
 
 @pytest.mark.airflow
-@pytest.mark.parametrize("writer", [False, True])
-def test_a_cli_transaction_waits_for_the_lock_instead_of_failing(tmp_path: Path, writer) -> None:  # type: ignore[no-untyped-def]
-    """A one-off Airflow command's transaction that reads, meets a commit, then writes: on
-    Airflow's own SQLite setup it fails at once with "database is locked" (what failed the
-    backfill under load); as ``streamshift airflow cli`` runs it, it holds the write lock from
-    its first statement, so the other writer waits for it and both commit."""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    env.pop(airflow_db.WRITER_ENV, None)
-    if writer:
-        env[airflow_db.WRITER_ENV] = "1"
+@pytest.mark.parametrize("connect", ["airflow", "stack"])
+def test_a_transaction_from_a_savepoint_waits_for_the_lock_instead_of_failing(
+    tmp_path: Path, connect: str
+) -> None:
+    """A transaction begun by a SAVEPOINT that reads, meets a commit, then writes: on
+    Airflow's own SQLite set-up it fails at once with "database is locked" (what failed the
+    backfill under load); with the local stack's connect arguments it holds the write lock from
+    the SAVEPOINT on, so the other writer waits for it and both commit."""
     done = subprocess.run(
-        [sys.executable, "-c", READ_THEN_WRITE, str(tmp_path / "airflow.db")],
-        env=env,
+        [sys.executable, "-c", READ_THEN_WRITE, str(tmp_path / "airflow.db"), connect],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    if writer:
-        assert done.stdout.split() == [
-            "committed",
-            "['cli',",
-            "'scheduler']",
-            "['cli',",
-            "'scheduler']",
-        ]
+    if connect == "stack":
+        assert done.stdout.split() == ["committed", *["['cli',", "'scheduler']"] * 2]
     else:
         assert done.stdout.startswith("failed: (sqlite3.OperationalError) database is locked")
         assert done.stdout.rstrip().endswith("['scheduler'] ['scheduler']")  # nothing of the cli
@@ -270,7 +264,7 @@ def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stac
     # once, while another writer commits every 10 ms. The local stack's SQLite lets one writer
     # in at a time; Airflow's own transaction for each backfill run reads, then writes, and
     # failed at once with "database is locked" whenever a commit came between (the scheduler's,
-    # under load). The command now takes the write lock first and waits its turn.
+    # under load). It now takes the write lock first and waits its turn (``airflow_db``).
     with busy_writer(settings.airflow_home / "airflow.db") as commits:
         done = run_cli(
             settings.home,

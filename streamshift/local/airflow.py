@@ -222,10 +222,8 @@ class LocalAirflow:
         )
 
     def run_cli(self, args: list[str]) -> int:
-        """Run ``airflow ARGS`` with the local stack's environment, its transactions taking
-        SQLite's write lock before they read (``airflow_db``); its exit code."""
-        env = {**self.env(), airflow_db.WRITER_ENV: "1"}
-        return subprocess.call([str(_venv_bin() / "airflow"), *args], env=env)
+        """Run ``airflow ARGS`` with the local stack's environment; its exit code."""
+        return subprocess.call([str(_venv_bin() / "airflow"), *args], env=self.env())
 
     def migrate(self) -> None:
         """Create or upgrade the metadata database (idempotent)."""
