@@ -80,6 +80,20 @@ def test_down_stops_a_component_group_that_outlives_its_leader(tmp_path: Path) -
     assert not stack.pid_file.exists()
 
 
+def test_airflow_cli_before_up_says_to_run_up(tmp_path: Path) -> None:
+    """`streamshift airflow cli` on a home whose stack was never set up: refused before Airflow
+    starts, naming the command that sets it up (Airflow's own error says `airflow db migrate`),
+    and an empty database file left by an earlier airflow command changes nothing."""
+    home = tmp_path / "home"
+    for _ in range(2):
+        done = run_cli(home, "airflow", "cli", "backfill", "create", "--dag-id", "eod_trades")
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert "no metadata database yet" in done.stderr
+        assert "run `streamshift airflow up` first" in done.stderr
+        (home / "airflow").mkdir(parents=True, exist_ok=True)
+        (home / "airflow" / "airflow.db").touch()
+
+
 # A transaction as ``airflow backfill create`` makes one per run (``begin_nested``, whose
 # SAVEPOINT begins SQLite's transaction): it reads, another process (the scheduler) commits,
 # then it writes. Airflow's engine set-up for SQLite (WAL) is reproduced; argv[2] says whether

@@ -23,11 +23,13 @@ import json
 import os
 import secrets
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,6 +97,21 @@ def connections(settings: Settings) -> dict[str, str]:
     }
 
 
+def metadata_db(settings: Settings) -> Path:
+    """The local stack's SQLite metadata database (created by ``streamshift airflow up``)."""
+    return settings.airflow_home / "airflow.db"
+
+
+def migrated(settings: Settings) -> bool:
+    """Whether the metadata database exists with Airflow's schema (read-only: an ``airflow``
+    command run before ``up`` leaves an empty file behind)."""
+    try:
+        with closing(sqlite3.connect(f"{metadata_db(settings).as_uri()}?mode=ro", uri=True)) as db:
+            return db.execute("SELECT count(*) FROM alembic_version").fetchone()[0] > 0
+    except sqlite3.Error:
+        return False
+
+
 def airflow_env(
     settings: Settings, port: int, base: dict[str, str] | None = None
 ) -> dict[str, str]:
@@ -116,7 +133,7 @@ def airflow_env(
             ),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{metadata_db(settings)}",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": _CONNECT_ARGS,
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": _CONNECT_ARGS,
             "AIRFLOW__API__HOST": "127.0.0.1",
@@ -222,7 +239,14 @@ class LocalAirflow:
         )
 
     def run_cli(self, args: list[str]) -> int:
-        """Run ``airflow ARGS`` with the local stack's environment; its exit code."""
+        """Run ``airflow ARGS`` with the local stack's environment; its exit code. Refused
+        before Airflow starts when the stack has no metadata database yet (``airflow db ...``
+        aside), with what to run instead of Airflow's own "run `airflow db migrate`"."""
+        if args[:1] != ["db"] and not migrated(self.settings):
+            raise AirflowError(
+                f"the local Airflow has no metadata database yet ({metadata_db(self.settings)}):"
+                " run `streamshift airflow up` first, which creates it and starts Airflow"
+            )
         return subprocess.call([str(_venv_bin() / "airflow"), *args], env=self.env())
 
     def migrate(self) -> None:
