@@ -331,7 +331,8 @@ the log). Backfill with
 
 
 def late_data_dag(flow: str) -> DAG:
-    """``late_data_<flow>``: re-reconcile (and re-report) dates that received late events."""
+    """``late_data_<flow>``: re-reconcile, re-report and publish again (an event of
+    ``published_asset(flow)``) the dates that received late events."""
     settings = _settings()
     with DAG(
         dag_id=f"late_data_{flow}",
@@ -344,8 +345,8 @@ def late_data_dag(flow: str) -> DAG:
         doc_md=f"""
 ### Late data for `{flow}`
 Hourly: finds the business dates whose late events arrived after the date's last
-reconciliation, and re-runs **reconcile** and **write_report** for each (one mapped task
-per date).
+reconciliation, and re-runs **reconcile**, **write_report** and **publish_summary** for each
+(one mapped task per date; each publish is an event of the asset `{flow}_eod_published`).
 """,
     ) as dag:
 
