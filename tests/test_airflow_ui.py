@@ -255,7 +255,9 @@ def test_the_assets_page_lists_what_each_flows_eod_publishes(
     wait = _login(browser, LocalAirflow(settings), "/assets")
     names = [f"{flow}_eod_published" for flow in flow_names()]
     wait.until(lambda d: all(n in d.find_element(By.TAG_NAME, "body").text for n in names))
-    browser.save_screenshot(str(tmp_path / "assets-page.png"))
+    shot = tmp_path / "assets-page.png"
+    browser.save_screenshot(str(shot))
+    print(f"screenshot of the Assets page: {shot}")
 
 
 def _status(
