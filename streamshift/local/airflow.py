@@ -37,7 +37,6 @@ from typing import Any
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.processes import group_alive, pid_alive, port_open
 from streamshift.core.settings import REPO_ROOT, Settings, as_env, env_name
-from streamshift.local import airflow_db
 
 # Each component's command. The scheduler and triggerer would also serve task logs on all
 # interfaces (port 8793/8794); the API server reads the local log files itself, so they don't.
@@ -63,7 +62,9 @@ _SUPERVISE = (
 USER = "admin"
 VIEWER = "viewer"  # read-only: sees the DAGs and the Migration page, cannot trigger or promote
 USERS = {USER: "admin", VIEWER: "viewer"}  # user -> SimpleAuthManager role
-_CONNECT_ARGS = f"{airflow_db.__name__}.CONNECT_ARGS"  # imported by name in every component
+# Imported by name in every component (``airflow_db``: the busy timeout, and the write lock
+# taken before a SAVEPOINT); named, not imported, so this module's users load no SQLAlchemy.
+_CONNECT_ARGS = "streamshift.local.airflow_db.CONNECT_ARGS"
 
 
 class AirflowError(StreamshiftError):
