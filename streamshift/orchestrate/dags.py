@@ -142,6 +142,20 @@ def _logical_day() -> dt.date:
     return pendulum.instance(logical).date()
 
 
+def _publish(asset: Asset, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The day's summary (``tasks.summary``): logged as one line, carried by the asset's event
+    as its ``extra``, returned for XCom. Called by a task with ``outlets=[asset]``."""
+    result, line = T.summary(_settings(), inputs)
+    print(f"SUMMARY {line}")
+    get_current_context()["outlet_events"][asset].extra = result
+    return result
+
+
+def _date_arg(args: list[str]) -> str:
+    """The business date of a reconcile job's arguments (``--date D``)."""
+    return args[args.index("--date") + 1]
+
+
 def _write_report(flow: str, business_date: str) -> str:
     from streamshift.control.report import write_report
 
@@ -311,10 +325,7 @@ the log). Backfill with
             f"event of the asset `{published.name}` carrying it (downstream DAGs run on it).",
         )
         def publish_summary(resolved: dict[str, Any]) -> dict[str, Any]:
-            result, line = T.summary(_settings(), resolved)
-            print(f"SUMMARY {line}")
-            get_current_context()["outlet_events"][published].extra = result
-            return result
+            return _publish(published, resolved)
 
         checked = check_raw_file(inputs)
         branch = choose_path(inputs["path"], inputs["stage"])
@@ -374,7 +385,7 @@ reconciliation, and re-runs **reconcile**, **write_report** and **publish_summar
 
         @task(doc_md="Re-write one re-reconciled date's report (reads without Spark).")
         def write_report(args: list[str]) -> str:
-            return _write_report(flow, args[args.index("--date") + 1])
+            return _write_report(flow, _date_arg(args))
 
         published = published_asset(flow)
 
@@ -384,11 +395,7 @@ reconciliation, and re-runs **reconcile**, **write_report** and **publish_summar
             f"an event of the asset `{published.name}` with `cause` `late data`.",
         )
         def publish_summary(args: list[str]) -> dict[str, Any]:
-            day = args[args.index("--date") + 1]
-            result, line = T.summary(_settings(), {"flow": flow, "business_date": day})
-            print(f"SUMMARY {line}")
-            get_current_context()["outlet_events"][published].extra = result
-            return result
+            return _publish(published, {"flow": flow, "business_date": _date_arg(args)})
 
         reconcile >> write_report.expand(args=dates) >> publish_summary.expand(args=dates)
     return dag
