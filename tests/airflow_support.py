@@ -21,7 +21,7 @@ from flows.trades.generate import generate_day
 from streamshift.core.catalog import LayerTables
 from streamshift.core.dayfiles import DayFiles
 from streamshift.core.settings import REPO_ROOT, Settings
-from streamshift.local.airflow import LocalAirflow
+from streamshift.local.airflow import LocalAirflow, metadata_db
 from streamshift.orchestrate import tasks as T
 from streamshift.write.target import read
 
@@ -125,7 +125,7 @@ def busy_writer(database: Path, every: float = 0.01) -> Iterator[list[int]]:
 
 def asset_events(settings: Settings, asset: str) -> list[dict[str, Any]]:
     """The ``extra`` of every event of ``asset`` in the stack's metadata database, oldest first."""
-    connection = sqlite3.connect(settings.airflow_home / "airflow.db", timeout=60)
+    connection = sqlite3.connect(metadata_db(settings), timeout=60)
     try:
         rows = connection.execute(
             "SELECT e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id "

@@ -19,7 +19,7 @@ from streamshift.core.catalog import LayerTables
 from streamshift.core.processes import group_alive, group_members
 from streamshift.core.registry import flow_names
 from streamshift.core.settings import REPO_ROOT, load_settings
-from streamshift.local.airflow import AirflowApiError, LocalAirflow
+from streamshift.local.airflow import AirflowApiError, LocalAirflow, metadata_db
 from streamshift.orchestrate import tasks as T
 from streamshift.write.target import delta_log_version
 from tests.airflow_support import (
@@ -279,7 +279,7 @@ def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stac
     # in at a time; Airflow's own transaction for each backfill run reads, then writes, and
     # failed at once with "database is locked" whenever a commit came between (the scheduler's,
     # under load). It now takes the write lock first and waits its turn (``airflow_db``).
-    with busy_writer(settings.airflow_home / "airflow.db") as commits:
+    with busy_writer(metadata_db(settings)) as commits:
         done = run_cli(
             settings.home,
             "airflow",
