@@ -12,8 +12,18 @@ each (the JVM's first load pays for class loading and JIT); the figure is the me
   own view) as Delta overwrites. No validation, no quarantine, no history, no idempotence: the
   floor a team would write by hand for the same tables.
 
-Prints both medians and the ratio (goal: streamshift <= 1.5x the hand-written job).
-Run: .venv/bin/python bench/eod_load.py [--trades N] [--repeat K]
+With ``--floors``, two more sides in the same rotation measure what stands under the goal:
+
+* validate: streamshift's read and checks of the day alone (the file checks, line numbers,
+  parse, ``prepare``, every rule, the ranking of versions), persisted and counted by rule as
+  the write path does; nothing written;
+* written once: the same frame, then the day written ONCE: every accepted version appended to
+  one date-partitioned table (no history/current-state split, no MERGE), rejects appended to a
+  quarantine, positions from the batch's latest rows. The cheapest load that still validates
+  like streamshift; a layout no reader uses today, measured only.
+
+Prints the medians and each side's ratio to the hand-written job (goal: streamshift <= 1.5x).
+Run: .venv/bin/python bench/eod_load.py [--trades N] [--repeat K] [--floors]
 """
 
 from __future__ import annotations
@@ -29,17 +39,27 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from flows.trades.generate import generate_day
-from streamshift.core.flow import Flow
+from streamshift.core.contract import APPLIED_AT, FAILED, IS_DELETED, RAW, SOURCE, SOURCE_REF
+from streamshift.core.flow import Flow, Reference
 from streamshift.core.registry import get_flow
 from streamshift.core.settings import load_settings
 from streamshift.jobs.eod import run_eod
+from streamshift.sources.eodfile import check_file
+from streamshift.sources.eodread import read_eod_file
 from streamshift.spark import get_spark
 from streamshift.write.target import Target, load_reference
+from streamshift.write.transforms import (
+    FIRST_VERSION,
+    LATEST_VERSION,
+    checked_changes,
+    ranked_versions,
+    state_columns,
+)
 
 DAY = dt.date(2026, 11, 20)
 
@@ -66,11 +86,63 @@ def hand_written(spark: SparkSession, flow: Flow, file: Path, out: Path) -> int:
     return int(spark.read.format("delta").load(str(out / view.name)).count())
 
 
+def validated(
+    spark: SparkSession, flow: Flow, reference: Reference, file: Path
+) -> tuple[DataFrame, int]:
+    """The write path's persisted frame for ``file`` and its rejected rows, counted by rule
+    (as ``apply_changes`` builds it: the raw payload kept on rejected rows only, one stamp)."""
+    file = file.resolve()
+    layout = check_file(file, flow, whole_day=False)
+    rows = read_eod_file(spark, file, flow, layout).withColumn(SOURCE, F.lit("eod"))
+    rejected = F.size(FAILED) > 0
+    checked = (
+        ranked_versions(flow, checked_changes(flow, rows, reference))
+        .withColumn(RAW, F.when(rejected, F.col(RAW)))
+        .withColumn(APPLIED_AT, F.lit(dt.datetime.now(dt.UTC)))
+        .persist()
+    )
+    rule = F.try_element_at(F.col(FAILED), F.lit(1))
+    counts = checked.groupBy(rule.alias("rule")).count().collect()
+    return checked, sum(r["count"] for r in counts if r["rule"] is not None)
+
+
+def validate_only(spark: SparkSession, flow: Flow, reference: Reference, file: Path) -> int:
+    checked, rejected = validated(spark, flow, reference, file)
+    checked.unpersist()
+    return rejected
+
+
+def written_once(
+    spark: SparkSession, flow: Flow, reference: Reference, file: Path, out: Path
+) -> int:
+    """Validated as streamshift does, then the day written once (see the module's doc)."""
+    checked, rejected = validated(spark, flow, reference, file)
+    if rejected:
+        checked.where(F.size(FAILED) > 0).select(SOURCE_REF, RAW, FAILED).write.format(
+            "delta"
+        ).mode("append").save(str(out / "quarantine"))
+    state_columns(flow, checked.where(F.col(FIRST_VERSION))).write.format("delta").mode(
+        "append"
+    ).partitionBy(flow.business_date).save(str(out / "versions"))
+    latest = state_columns(flow, checked.where(F.col(LATEST_VERSION)))
+    view = flow.views[0]
+    view.compute(latest.where(~F.col(IS_DELETED))).write.format("delta").mode("overwrite").save(
+        str(out / view.name)
+    )
+    checked.unpersist()
+    return int(spark.read.format("delta").load(str(out / view.name)).count())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trades", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=2, help="timed loads of each side")
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument(
+        "--floors",
+        action="store_true",
+        help="also time validate-only and written-once loads (what stands under the goal)",
+    )
     args = parser.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
     flow = get_flow("trades")
@@ -85,7 +157,16 @@ def main() -> int:
     )
     hand_written(spark, flow, warm.eod, work / "warm" / "hand")
 
+    reference = load_reference(spark, flow)
+    floors = {
+        "validate": lambda out: validate_only(spark, flow, reference, files.eod),
+        "written once": lambda out: written_once(spark, flow, reference, files.eod, out),
+    }
+    if args.floors:
+        for name, side in floors.items():  # their warm-up
+            side(work / "warm" / name.replace(" ", "-"))
     ours, theirs = [], []
+    floor_times: dict[str, list[float]] = {name: [] for name in floors} if args.floors else {}
     for i in range(args.repeat):
         home = work / f"home-{i}"
         settings = load_settings(home=home)
@@ -109,12 +190,22 @@ def main() -> int:
         )
         shutil.rmtree(out, ignore_errors=True)
         shutil.rmtree(home / "warehouse", ignore_errors=True)
+        for name, seconds in floor_times.items():
+            out = work / f"{name.replace(' ', '-')}-{i}"
+            t = time.perf_counter()
+            floors[name](out)
+            seconds.append(time.perf_counter() - t)
+            print(f"[bench] {name} {i + 1}: {seconds[-1]:.1f}s", flush=True)
+            shutil.rmtree(out, ignore_errors=True)
 
     a, b = statistics.median(ours), statistics.median(theirs)
     print(f"\ntrades in the day:             {args.trades}")
     print(f"streamshift EOD load (median):  {a:.1f} s")
     print(f"hand-written PySpark (median):  {b:.1f} s")
     print(f"ratio streamshift/hand-written: {a / b:.2f} (goal <= 1.5)")
+    for name, seconds in floor_times.items():
+        m = statistics.median(seconds)
+        print(f"{name + ' (median):':31s} {m:.1f} s, {m / b:.2f} of the hand-written job")
     return 0
 
 
