@@ -195,6 +195,7 @@ def browser(tmp_path: Path):  # type: ignore[no-untyped-def]
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage"):
         options.add_argument(arg)
     options.add_argument("--window-size=1400,1100")
+    options.add_argument("--lang=en-US")  # date inputs take their fields in this locale's order
     driver = webdriver.Chrome(service=Service(driver_binary), options=options)
     driver.implicitly_wait(0)
     try:

@@ -22,7 +22,9 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -35,6 +37,7 @@ from streamshift.core.registry import flow_names
 from streamshift.jobs.eod import run_eod
 from streamshift.jobs.reconcile import reconcile_date
 from streamshift.local.airflow import USER, VIEWER, LocalAirflow, password
+from streamshift.orchestrate import tasks as T
 from streamshift.read.control import current_stage
 from streamshift.write.target import Target, read
 
@@ -43,6 +46,8 @@ pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
 # Dates no other Airflow test uses; the newest in the stack's warehouse, so they are the
 # promotion evidence (the stack's window is 3).
 DAYS = [dt.date(2027, 6, 1) + dt.timedelta(days=i) for i in range(3)]
+# The Trigger form's date: no file is landed for it, so its run waits for one.
+TRIGGER_DAY = dt.date(2027, 7, 1)
 
 
 def _set_stage(spark, settings, to: str) -> None:  # type: ignore[no-untyped-def]
@@ -258,6 +263,82 @@ def test_the_assets_page_lists_what_each_flows_eod_publishes(
     shot = tmp_path / "assets-page.png"
     browser.save_screenshot(str(shot))
     print(f"screenshot of the Assets page: {shot}")
+
+
+def test_the_trigger_form_starts_a_run_with_the_params_typed_in(
+    airflow_stack, browser, request, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """The Trigger button of ``eod_trades`` in the UI, as a user starts a day by hand: the form
+    shows the DAG's params; a file outside the landing folder comes back with the params
+    schema's refusal and starts nothing; the date, mode and file typed in reach the run the
+    form starts, triggered by the signed-in user, and its first task resolves them (the run
+    then waits for the file, which no one lands)."""
+    settings, client = airflow_stack
+    client.wait_for_dag("eod_trades")
+    request.addfinalizer(lambda: client.pause("eod_trades"))  # the form unpauses it
+
+    def manual_runs() -> dict[str, dict[str, Any]]:
+        runs = client.get("/api/v2/dags/eod_trades/dagRuns?limit=100")["dag_runs"]
+        return {r["dag_run_id"]: r for r in runs if r["run_type"] == "manual"}
+
+    before = set(manual_runs())
+    wait = _login(browser, LocalAirflow(settings), "/dags/eod_trades")
+    button = "[data-testid=trigger-dag-button]"
+    wait.until(EC.element_to_be_clickable((By.CSS_SELECTOR, button))).click()
+    day = wait.until(EC.presence_of_element_located((By.NAME, "element_business_date")))
+    day.send_keys(TRIGGER_DAY.strftime("%m%d%Y"))  # a date input, in the browser's en-US order
+    file = browser.find_element(By.NAME, "element_file")
+    file.send_keys("../../etc/passwd")
+    submit = browser.find_element(By.CSS_SELECTOR, "[data-testid=trigger-dag-submit]")
+    submit.click()
+    refusal = "Invalid input for param file: '../../etc/passwd' does not match"
+    wait.until(lambda d: refusal in d.find_element(By.TAG_NAME, "body").text)
+    assert set(manual_runs()) == before  # nothing started
+
+    # The refusal's toast lies over the button while the pointer rests there.
+    ActionChains(browser).move_to_element(file).perform()
+    toast = (By.CSS_SELECTOR, "[data-scope=toast][data-part=root]")
+    wait.until(EC.invisibility_of_element_located(toast))
+    file.send_keys(Keys.CONTROL, "a", Keys.DELETE)
+    file.send_keys(f"{TRIGGER_DAY}/ui_trades.csv")
+    mode = browser.find_element(By.CSS_SELECTOR, "input[role=combobox][aria-required=true]")
+    mode.send_keys("replace", Keys.ENTER)
+    shot = tmp_path / "trigger-form.png"
+    browser.save_screenshot(str(shot))
+    print(f"screenshot of the Trigger form: {shot}")
+    submit.click()
+
+    wait.until(lambda d: "/dags/eod_trades/runs/manual__" in d.current_url)  # the run's page
+    (run_id,) = set(manual_runs()) - before
+    assert urllib.parse.unquote(browser.current_url).endswith(f"/runs/{run_id}")
+    run = manual_runs()[run_id]
+    request.addfinalizer(lambda: client.set_run_state("eod_trades", run_id, "failed"))
+    conf = {
+        "business_date": str(TRIGGER_DAY),
+        "mode": "replace",
+        "file": f"{TRIGGER_DAY}/ui_trades.csv",
+    }
+    assert run["conf"] == conf
+    assert run["triggering_user_name"] == USER
+
+    quoted = urllib.parse.quote(run_id, safe="")
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        states = client.task_states("eod_trades", quoted)
+        if states.get("wait_for_eod_file") in ("deferred", "failed", "upstream_failed"):
+            break
+        time.sleep(2)
+    assert states["resolve_inputs"] == "success", states
+    assert states["wait_for_eod_file"] == "deferred", states  # holds no worker slot
+    resolved = client.get(
+        f"/api/v2/dags/eod_trades/dagRuns/{quoted}/taskInstances/resolve_inputs/xcomEntries/"
+        "return_value"
+    )["value"]
+    assert (resolved["business_date"], resolved["mode"], resolved["file"]) == (
+        str(TRIGGER_DAY),
+        "replace",
+        str(T.landing_dir(settings, "trades") / str(TRIGGER_DAY) / "ui_trades.csv"),
+    )
 
 
 def _status(

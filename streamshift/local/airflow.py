@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from contextlib import closing
 from dataclasses import dataclass
@@ -412,6 +413,12 @@ class AirflowClient:
 
     def run(self, dag_id: str, run_id: str) -> dict[str, Any]:
         run: dict[str, Any] = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+        return run
+
+    def set_run_state(self, dag_id: str, run_id: str, state: str) -> dict[str, Any]:
+        """Mark a run ``success`` or ``failed``, as the UI's run page does."""
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}"
+        run: dict[str, Any] = self._send("PATCH", path, {"state": state})
         return run
 
     def task_states(self, dag_id: str, run_id: str) -> dict[str, str | None]:
