@@ -48,6 +48,9 @@ pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
 DAYS = [dt.date(2027, 6, 1) + dt.timedelta(days=i) for i in range(3)]
 # The Trigger form's date: no file is landed for it, so its run waits for one.
 TRIGGER_DAY = dt.date(2027, 7, 1)
+# The backfill form's range (a Monday and a Tuesday; past, as a backfill must be), for the
+# telemetry flow, whose EOD DAG no other stack test runs: no file is landed for either day.
+BACKFILL_FORM_DAYS = [dt.date(2026, 10, 5), dt.date(2026, 10, 6)]
 
 
 def _set_stage(spark, settings, to: str) -> None:  # type: ignore[no-untyped-def]
@@ -339,6 +342,87 @@ def test_the_trigger_form_starts_a_run_with_the_params_typed_in(
         "replace",
         str(T.landing_dir(settings, "trades") / str(TRIGGER_DAY) / "ui_trades.csv"),
     )
+
+
+def test_the_backfill_form_starts_one_run_per_business_day_of_the_range(
+    airflow_stack, browser, request, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """The Trigger button's Backfill form, as a user backfills late days from the UI: a range
+    picked in its date pickers becomes one backfill with a run per scheduled business day,
+    triggered by the signed-in user; each run's business date is its logical date (the
+    params left empty), and the first resolves that day's file and waits for it."""
+    settings, client = airflow_stack
+    dag_id, flow = "eod_telemetry", "telemetry"
+    client.wait_for_dag(dag_id)
+    request.addfinalizer(lambda: client.pause(dag_id))  # the form unpauses it
+    backfills = f"/api/v2/backfills?dag_id={dag_id}"
+    assert client.get(backfills)["backfills"] == []
+
+    wait = _login(browser, LocalAirflow(settings), f"/dags/{dag_id}")
+    button = "[data-testid=trigger-dag-button]"
+    wait.until(EC.element_to_be_clickable((By.CSS_SELECTOR, button))).click()
+    wait.until(EC.element_to_be_clickable((By.CSS_SELECTOR, "[id$=':radio:label:backfill']")))
+    browser.find_element(By.CSS_SELECTOR, "[id$=':radio:label:backfill']").click()
+    for picker, day in zip((0, 1), BACKFILL_FORM_DAYS, strict=True):
+        # Each end is a popover whose date field takes the focus; its time keeps the default.
+        wait.until(EC.element_to_be_clickable((By.CSS_SELECTOR, "[data-testid=datetime-input]")))
+        browser.find_elements(By.CSS_SELECTOR, "[data-testid=datetime-input]")[picker].click()
+        wait.until(
+            lambda d: d.switch_to.active_element.get_attribute("placeholder") == "YYYY/MM/DD"
+        )
+        browser.switch_to.active_element.send_keys(day.strftime("%Y/%m/%d"), Keys.ESCAPE)
+    # The form's dry run counts the scheduled days in the range.
+    wait.until(lambda d: "2 runs will be triggered." in d.find_element(By.TAG_NAME, "body").text)
+    shot = tmp_path / "backfill-form.png"
+    browser.save_screenshot(str(shot))
+    print(f"screenshot of the Backfill form: {shot}")
+    footer = browser.find_elements(By.CSS_SELECTOR, "footer button")
+    (submit,) = [b for b in footer if b.text == "Run Backfill"]
+    submit.click()
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not client.get(backfills)["backfills"]:
+        time.sleep(1)
+    (backfill,) = client.get(backfills)["backfills"]
+    request.addfinalizer(lambda: _end_backfill(client, dag_id, backfill["id"]))
+    assert (backfill["from_date"][:10], backfill["to_date"][:10]) == tuple(
+        str(d) for d in BACKFILL_FORM_DAYS
+    )
+    runs = _backfill_runs(client, dag_id)
+    assert sorted(r["logical_date"][:10] for r in runs) == [str(d) for d in BACKFILL_FORM_DAYS]
+    assert {r["triggering_user_name"] for r in runs} == {USER}
+
+    # One run at a time (the form's default): the first resolves its day and waits for the file.
+    first = urllib.parse.quote(f"backfill__{BACKFILL_FORM_DAYS[0]}T22:00:00+00:00", safe="")
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        states = client.task_states(dag_id, first)
+        if states.get("wait_for_eod_file") in ("deferred", "failed", "upstream_failed"):
+            break
+        time.sleep(2)
+    assert states["wait_for_eod_file"] == "deferred", states
+    resolved = client.get(
+        f"/api/v2/dags/{dag_id}/dagRuns/{first}/taskInstances/resolve_inputs/xcomEntries/"
+        "return_value"
+    )["value"]
+    day = str(BACKFILL_FORM_DAYS[0])
+    assert (resolved["business_date"], resolved["file"]) == (
+        day,
+        str(T.landing_dir(settings, flow) / T.default_file(flow, day)),
+    )
+
+
+def _backfill_runs(client, dag_id: str) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+    runs = client.get(f"/api/v2/dags/{dag_id}/dagRuns?limit=100")["dag_runs"]
+    return [r for r in runs if r["run_type"] == "backfill"]
+
+
+def _end_backfill(client, dag_id: str, backfill_id: int) -> None:  # type: ignore[no-untyped-def]
+    """Cancel the backfill (its queued runs fail) and fail the run waiting for its file."""
+    client.cancel_backfill(backfill_id)
+    for run in _backfill_runs(client, dag_id):
+        if run["state"] not in ("success", "failed"):
+            client.set_run_state(dag_id, run["dag_run_id"], "failed")
 
 
 def _status(

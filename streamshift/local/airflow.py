@@ -421,6 +421,11 @@ class AirflowClient:
         run: dict[str, Any] = self._send("PATCH", path, {"state": state})
         return run
 
+    def cancel_backfill(self, backfill_id: int) -> dict[str, Any]:
+        """Fail the backfill's queued runs and start no more (running ones go on)."""
+        backfill: dict[str, Any] = self._send("PUT", f"/api/v2/backfills/{backfill_id}/cancel")
+        return backfill
+
     def task_states(self, dag_id: str, run_id: str) -> dict[str, str | None]:
         body = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=100")
         return {t["task_id"]: t["state"] for t in body["task_instances"]}
