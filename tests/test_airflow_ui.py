@@ -324,19 +324,7 @@ def test_the_trigger_form_starts_a_run_with_the_params_typed_in(
     assert run["conf"] == conf
     assert run["triggering_user_name"] == USER
 
-    quoted = urllib.parse.quote(run_id, safe="")
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        states = client.task_states("eod_trades", quoted)
-        if states.get("wait_for_eod_file") in ("deferred", "failed", "upstream_failed"):
-            break
-        time.sleep(2)
-    assert states["resolve_inputs"] == "success", states
-    assert states["wait_for_eod_file"] == "deferred", states  # holds no worker slot
-    resolved = client.get(
-        f"/api/v2/dags/eod_trades/dagRuns/{quoted}/taskInstances/resolve_inputs/xcomEntries/"
-        "return_value"
-    )["value"]
+    resolved = _resolved_and_waiting(client, "eod_trades", run_id)
     assert (resolved["business_date"], resolved["mode"], resolved["file"]) == (
         str(TRIGGER_DAY),
         "replace",
@@ -393,23 +381,30 @@ def test_the_backfill_form_starts_one_run_per_business_day_of_the_range(
     assert {r["triggering_user_name"] for r in runs} == {USER}
 
     # One run at a time (the form's default): the first resolves its day and waits for the file.
-    first = urllib.parse.quote(f"backfill__{BACKFILL_FORM_DAYS[0]}T22:00:00+00:00", safe="")
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        states = client.task_states(dag_id, first)
-        if states.get("wait_for_eod_file") in ("deferred", "failed", "upstream_failed"):
-            break
-        time.sleep(2)
-    assert states["wait_for_eod_file"] == "deferred", states
-    resolved = client.get(
-        f"/api/v2/dags/{dag_id}/dagRuns/{first}/taskInstances/resolve_inputs/xcomEntries/"
-        "return_value"
-    )["value"]
+    first = f"backfill__{BACKFILL_FORM_DAYS[0]}T22:00:00+00:00"
+    resolved = _resolved_and_waiting(client, dag_id, first)
     day = str(BACKFILL_FORM_DAYS[0])
     assert (resolved["business_date"], resolved["file"]) == (
         day,
         str(T.landing_dir(settings, flow) / T.default_file(flow, day)),
     )
+
+
+def _resolved_and_waiting(client, dag_id: str, run_id: str) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """What the run's ``resolve_inputs`` decided, once its file sensor waits (deferred: no file
+    is landed for the day, and a waiting run holds no worker slot)."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        states = client.task_states(dag_id, run_id)
+        if states.get("wait_for_eod_file") in ("deferred", "failed", "upstream_failed"):
+            break
+        time.sleep(2)
+    assert states["resolve_inputs"] == "success", states
+    assert states["wait_for_eod_file"] == "deferred", states
+    quoted = urllib.parse.quote(run_id, safe="")
+    path = f"/api/v2/dags/{dag_id}/dagRuns/{quoted}/taskInstances/resolve_inputs/xcomEntries"
+    resolved: dict[str, Any] = client.get(f"{path}/return_value")["value"]
+    return resolved
 
 
 def _backfill_runs(client, dag_id: str) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]

@@ -411,14 +411,18 @@ class AirflowClient:
         run: dict[str, Any] = self._send("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)
         return run
 
+    @staticmethod
+    def _run_path(dag_id: str, run_id: str) -> str:
+        # Run ids hold ':' and '+' (``manual__2026-11-26T21:01:40+00:00``).
+        return f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}"
+
     def run(self, dag_id: str, run_id: str) -> dict[str, Any]:
-        run: dict[str, Any] = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+        run: dict[str, Any] = self.get(self._run_path(dag_id, run_id))
         return run
 
     def set_run_state(self, dag_id: str, run_id: str, state: str) -> dict[str, Any]:
         """Mark a run ``success`` or ``failed``, as the UI's run page does."""
-        path = f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}"
-        run: dict[str, Any] = self._send("PATCH", path, {"state": state})
+        run: dict[str, Any] = self._send("PATCH", self._run_path(dag_id, run_id), {"state": state})
         return run
 
     def cancel_backfill(self, backfill_id: int) -> dict[str, Any]:
@@ -427,7 +431,7 @@ class AirflowClient:
         return backfill
 
     def task_states(self, dag_id: str, run_id: str) -> dict[str, str | None]:
-        body = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=100")
+        body = self.get(f"{self._run_path(dag_id, run_id)}/taskInstances?limit=100")
         return {t["task_id"]: t["state"] for t in body["task_instances"]}
 
     def wait_for_dag(self, dag_id: str, timeout: float = 180) -> None:
