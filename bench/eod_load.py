@@ -44,7 +44,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from flows.trades.generate import generate_day
-from streamshift.core.contract import APPLIED_AT, FAILED, IS_DELETED, RAW, SOURCE, SOURCE_REF
+from streamshift.core.contract import FAILED, IS_DELETED, RAW, SOURCE, SOURCE_REF
 from streamshift.core.flow import Flow, Reference
 from streamshift.core.registry import get_flow
 from streamshift.core.settings import load_settings
@@ -52,14 +52,9 @@ from streamshift.jobs.eod import run_eod
 from streamshift.sources.eodfile import check_file
 from streamshift.sources.eodread import read_eod_file
 from streamshift.spark import get_spark
+from streamshift.write.apply import checked_batch
 from streamshift.write.target import Target, load_reference
-from streamshift.write.transforms import (
-    FIRST_VERSION,
-    LATEST_VERSION,
-    checked_changes,
-    ranked_versions,
-    state_columns,
-)
+from streamshift.write.transforms import FIRST_VERSION, LATEST_VERSION, state_columns
 
 DAY = dt.date(2026, 11, 20)
 
@@ -89,18 +84,12 @@ def hand_written(spark: SparkSession, flow: Flow, file: Path, out: Path) -> int:
 def validated(
     spark: SparkSession, flow: Flow, reference: Reference, file: Path
 ) -> tuple[DataFrame, int]:
-    """The write path's persisted frame for ``file`` and its rejected rows, counted by rule
-    (as ``apply_changes`` builds it: the raw payload kept on rejected rows only, one stamp)."""
+    """The write path's persisted frame for ``file`` (``checked_batch``) and its rejected
+    rows, counted by rule as ``apply_changes`` counts them."""
     file = file.resolve()
     layout = check_file(file, flow, whole_day=False)
     rows = read_eod_file(spark, file, flow, layout).withColumn(SOURCE, F.lit("eod"))
-    rejected = F.size(FAILED) > 0
-    checked = (
-        ranked_versions(flow, checked_changes(flow, rows, reference))
-        .withColumn(RAW, F.when(rejected, F.col(RAW)))
-        .withColumn(APPLIED_AT, F.lit(dt.datetime.now(dt.UTC)))
-        .persist()
-    )
+    checked = checked_batch(flow, rows, reference)
     rule = F.try_element_at(F.col(FAILED), F.lit(1))
     counts = checked.groupBy(rule.alias("rule")).count().collect()
     return checked, sum(r["count"] for r in counts if r["rule"] is not None)

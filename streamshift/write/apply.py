@@ -38,7 +38,7 @@ from pyspark.sql import functions as F
 from streamshift.core.catalog import LATE_EVENTS_SCHEMA, LayerTables
 from streamshift.core.contract import APPLIED_AT, FAILED, IS_DELETED, RAW, SOURCE, SOURCE_REF
 from streamshift.core.errors import StreamshiftError
-from streamshift.core.flow import Flow
+from streamshift.core.flow import Flow, Reference
 from streamshift.write.target import Target, delta_log_version, read, when_small
 from streamshift.write.transforms import (
     FIRST_VERSION,
@@ -215,6 +215,25 @@ class _Attempts:
     applied: int = 0
 
 
+def checked_batch(flow: Flow, changes: DataFrame, reference: Reference) -> DataFrame:
+    """The apply's one persisted frame: the checked rows, ranked by key (which versions are
+    new, which is the latest), stamped once. The caller unpersists it.
+
+    The raw payload stays only on rejected rows, the only ones that keep it (quarantine), so
+    the cache and the shuffle do not carry it. The stamp is a literal: with
+    ``current_timestamp()`` in the cached plan, a Delta MERGE of a frame derived from it misses
+    the cache and recomputes the batch from its source (bench/eod_load.py: 22 s instead of
+    10 s for a 1M-row history MERGE).
+    """
+    rejected = F.size(FAILED) > 0
+    return (
+        ranked_versions(flow, checked_changes(flow, changes, reference))
+        .withColumn(RAW, F.when(rejected, F.col(RAW)))
+        .withColumn(APPLIED_AT, F.lit(dt.datetime.now(dt.UTC)))
+        .persist()
+    )
+
+
 def _apply_once(
     flow: Flow,
     changes: DataFrame,
@@ -229,19 +248,8 @@ def _apply_once(
     tables = target.create_tables().tables
     if SOURCE not in changes.columns:
         changes = changes.withColumn(SOURCE, F.lit(source))
-    # One persisted frame per apply: the checked rows, ranked by key (which versions are new,
-    # which is the latest), stamped once. The raw payload stays only on rejected rows, the
-    # only ones that keep it (quarantine), so the cache and the shuffle do not carry it.
-    # The stamp is a literal: with ``current_timestamp()`` in the cached plan, a Delta MERGE
-    # of a frame derived from it misses the cache and recomputes the batch from its source
-    # (bench/eod_load.py: 22 s instead of 10 s for a 1M-row history MERGE).
     rejected = F.size(FAILED) > 0
-    checked = (
-        ranked_versions(flow, checked_changes(flow, changes, target.reference))
-        .withColumn(RAW, F.when(rejected, F.col(RAW)))
-        .withColumn(APPLIED_AT, F.lit(dt.datetime.now(dt.UTC)))
-        .persist()
-    )
+    checked = checked_batch(flow, changes, target.reference)
     try:
         result = ApplyResult()
         timer = _Timer(on_step)
