@@ -304,10 +304,7 @@ def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stac
     states = client.task_states("eod_trades", "rest-day")
     assert run["state"] == "success", states
     assert states["reconcile"] == "success"  # against the external (clearing) file
-    summary = client.get(
-        "/api/v2/dags/eod_trades/dagRuns/rest-day/taskInstances/"
-        "publish_summary/xcomEntries/return_value"
-    )["value"]
+    summary = client.returned("eod_trades", "rest-day", "publish_summary")
     assert summary["business_date"] == str(REST_DAY) and summary["reconciliations"] == 1
     assert summary["breaks"] > 0  # the generated clearing file carries deliberate breaks
     # The day is published as an event of the flow's asset, carrying the summary, for the
@@ -324,11 +321,7 @@ def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stac
 
     deadline = time.monotonic() + 1500
     while time.monotonic() < deadline:
-        runs = [
-            r
-            for r in client.get("/api/v2/dags/eod_trades/dagRuns?limit=100")["dag_runs"]
-            if r["run_type"] == "backfill"
-        ]
+        runs = client.runs("eod_trades", "backfill")
         if len(runs) == len(BACKFILL_DAYS) and all(
             r["state"] in ("success", "failed") for r in runs
         ):

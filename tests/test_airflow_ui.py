@@ -281,8 +281,7 @@ def test_the_trigger_form_starts_a_run_with_the_params_typed_in(
     request.addfinalizer(lambda: client.pause("eod_trades"))  # the form unpauses it
 
     def manual_runs() -> dict[str, dict[str, Any]]:
-        runs = client.get("/api/v2/dags/eod_trades/dagRuns?limit=100")["dag_runs"]
-        return {r["dag_run_id"]: r for r in runs if r["run_type"] == "manual"}
+        return {r["dag_run_id"]: r for r in client.runs("eod_trades", "manual")}
 
     before = set(manual_runs())
     wait = _login(browser, LocalAirflow(settings), "/dags/eod_trades")
@@ -376,7 +375,7 @@ def test_the_backfill_form_starts_one_run_per_business_day_of_the_range(
     assert (backfill["from_date"][:10], backfill["to_date"][:10]) == tuple(
         str(d) for d in BACKFILL_FORM_DAYS
     )
-    runs = _backfill_runs(client, dag_id)
+    runs = client.runs(dag_id, "backfill")
     assert sorted(r["logical_date"][:10] for r in runs) == [str(d) for d in BACKFILL_FORM_DAYS]
     assert {r["triggering_user_name"] for r in runs} == {USER}
 
@@ -401,21 +400,14 @@ def _resolved_and_waiting(client, dag_id: str, run_id: str) -> dict[str, Any]:  
         time.sleep(2)
     assert states["resolve_inputs"] == "success", states
     assert states["wait_for_eod_file"] == "deferred", states
-    quoted = urllib.parse.quote(run_id, safe="")
-    path = f"/api/v2/dags/{dag_id}/dagRuns/{quoted}/taskInstances/resolve_inputs/xcomEntries"
-    resolved: dict[str, Any] = client.get(f"{path}/return_value")["value"]
+    resolved: dict[str, Any] = client.returned(dag_id, run_id, "resolve_inputs")
     return resolved
-
-
-def _backfill_runs(client, dag_id: str) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
-    runs = client.get(f"/api/v2/dags/{dag_id}/dagRuns?limit=100")["dag_runs"]
-    return [r for r in runs if r["run_type"] == "backfill"]
 
 
 def _end_backfill(client, dag_id: str, backfill_id: int) -> None:  # type: ignore[no-untyped-def]
     """Cancel the backfill (its queued runs fail) and fail the run waiting for its file."""
     client.cancel_backfill(backfill_id)
-    for run in _backfill_runs(client, dag_id):
+    for run in client.runs(dag_id, "backfill"):
         if run["state"] not in ("success", "failed"):
             client.set_run_state(dag_id, run["dag_run_id"], "failed")
 

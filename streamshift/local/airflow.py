@@ -425,6 +425,16 @@ class AirflowClient:
         run: dict[str, Any] = self._send("PATCH", self._run_path(dag_id, run_id), {"state": state})
         return run
 
+    def runs(self, dag_id: str, run_type: str) -> list[dict[str, Any]]:
+        """The DAG's runs of one type (``manual``, ``backfill``, ``scheduled``; the last 100)."""
+        runs = self.get(f"/api/v2/dags/{dag_id}/dagRuns?limit=100")["dag_runs"]
+        return [r for r in runs if r["run_type"] == run_type]
+
+    def returned(self, dag_id: str, run_id: str, task_id: str) -> Any:
+        """What one task of the run returned (its ``return_value`` XCom)."""
+        path = f"{self._run_path(dag_id, run_id)}/taskInstances/{task_id}/xcomEntries"
+        return self.get(f"{path}/return_value")["value"]
+
     def cancel_backfill(self, backfill_id: int) -> dict[str, Any]:
         """Fail the backfill's queued runs and start no more (running ones go on)."""
         backfill: dict[str, Any] = self._send("PUT", f"/api/v2/backfills/{backfill_id}/cancel")

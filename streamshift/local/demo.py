@@ -197,10 +197,7 @@ class _Demo:
                 f"{dag_id} {run_id} {run['state']} ({states}); see its task logs "
                 f"in the UI at {self.airflow.url}"
             )
-        summary = self.client.get(
-            f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/"
-            "publish_summary/xcomEntries/return_value"
-        )["value"]
+        summary = self.client.returned(dag_id, run_id, "publish_summary")
         print(
             f"  {run_id}: Spark jobs {ran}"
             + (f"; skipped in this stage: {skipped}" if skipped else "")
