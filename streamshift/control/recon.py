@@ -35,6 +35,7 @@ from streamshift.control.compare import (
 from streamshift.core.catalog import RECON_BREAKS_SCHEMA, RECON_RUNS_SCHEMA, ControlTables
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.flow import Flow
+from streamshift.write.commits import append
 from streamshift.write.target import ensure_table
 
 if TYPE_CHECKING:
@@ -107,7 +108,7 @@ def record(
         counts = {r["kind"]: r["count"] for r in breaks.groupBy("kind").count().collect()}
         result.by_kind = {k: counts.get(k, 0) for k in KINDS}
         if result.breaks:
-            (
+            append(
                 breaks.select(
                     F.lit(result.run_id).alias("run_id"),
                     F.lit(flow.name).alias("flow"),
@@ -115,10 +116,8 @@ def record(
                     F.lit(result.recon).alias("recon"),
                     *BREAK_COLUMNS,
                     F.current_timestamp().alias("found_at"),
-                )
-                .write.format("delta")
-                .mode("append")
-                .save(recon_breaks_path(settings))
+                ),
+                recon_breaks_path(settings),
             )
             worst = breaks.orderBy(F.abs(F.coalesce("difference", F.lit(float("inf")))).desc())
             result.worst = [r.asDict() for r in worst.limit(10).collect()]
@@ -148,7 +147,7 @@ def record(
         "missing_left BIGINT, missing_right BIGINT, value_mismatch BIGINT, clean BOOLEAN, "
         "stage STRING",
     ).withColumn("run_at", F.current_timestamp())
-    run.write.format("delta").mode("append").save(recon_runs_path(settings))
+    append(run, recon_runs_path(settings))
     return result
 
 

@@ -36,6 +36,13 @@ EOD_RUNS_SCHEMA = (
     "received BIGINT, accepted BIGINT, rejected BIGINT, late BIGINT, run_at TIMESTAMP"
 )
 
+# A re-runnable job's journal: a ``started`` row fixes, before the job's first write, the
+# current-state version its differences are computed against; ``done`` ends the run.
+RUN_JOURNAL_SCHEMA = (
+    "flow STRING, layer STRING, job STRING, run_key STRING, pinned_version BIGINT, "
+    "state STRING, at TIMESTAMP"
+)
+
 RECON_RUNS_SCHEMA = (
     "run_id STRING, flow STRING, business_date DATE, recon STRING, left_side STRING, "
     "right_side STRING, left_rows BIGINT, right_rows BIGINT, breaks BIGINT, "
@@ -114,6 +121,10 @@ class ControlTables:
     @property
     def eod_runs(self) -> str:
         return self._path("eod_runs")
+
+    @property
+    def run_journal(self) -> str:
+        return self._path("run_journal")
 
     @property
     def recon_runs(self) -> str:

@@ -13,10 +13,14 @@ from pyspark.sql import functions as F
 
 from streamshift.core.contract import MALFORMED, SOURCE
 from streamshift.core.flow import Flow
+from streamshift.read.tables import rows as delta_rows
 from streamshift.sources.eodfile import BadFileError, FileLayout, check_file
 from streamshift.sources.eodread import read_eod_file
+from streamshift.write import runs
 from streamshift.write.apply import ApplyResult, apply_changes
-from streamshift.write.target import Target, read, when_small
+from streamshift.write.commits import append
+from streamshift.write.runs import file_digest, run_key
+from streamshift.write.target import Target, when_small
 from streamshift.write.transforms import parse, replacement_cancels
 
 
@@ -81,10 +85,17 @@ def _load(
     _progress(f"reading {file} ({layout.data_lines} data lines)")
     rows = read_eod_file(spark, file, flow, layout).withColumn(SOURCE, F.lit(source))
     _check_dated(flow, rows, business_date, file, replace)
-    cancelled = 0
+    cancelled, run = 0, None
+    mode = "replace" if replace else "delta"
     if replace:
+        # The cancels are computed against current state as this run first saw it, so a
+        # re-run after a kill derives the same ones and repairs what was left undone.
+        key = run_key(flow.name, target.tables.layer, business_date, mode, file_digest(file))
+        run = runs.begin(spark, target, "eod-replace", key)
+        if run.resumed:
+            _progress(f"resuming the unfinished run begun at {run.started_at:%Y-%m-%d %H:%M:%S}")
         cancels = replacement_cancels(
-            flow, read(spark, target.tables.current), rows, business_date, str(file)
+            flow, run.current(target), rows, business_date, str(file)
         ).persist()
         cancelled = cancels.count()
         _progress(f"replacement: {cancelled} rows of {business_date} absent from the file")
@@ -93,8 +104,31 @@ def _load(
     result = apply_changes(
         flow, rows, source, target, batch_id=f"eod:{file}", closing_date=business_date
     )
-    _record_run(spark, target, business_date, file, "replace" if replace else "delta", result)
+    if run is None or not _recorded_since(target, business_date, file, mode, run.started_at):
+        _record_run(spark, target, business_date, file, mode, result)
+    if run is not None:
+        runs.finish(spark, target, run)
     return result, cancelled
+
+
+def _recorded_since(
+    target: Target, business_date: dt.date, file: Path, mode: str, since: dt.datetime
+) -> bool:
+    """Whether ``eod_runs`` holds this load, recorded by an attempt of the run begun at
+    ``since`` (a resumed run records it once)."""
+    found = delta_rows(
+        target.tables.eod_runs,
+        ["run_at"],
+        [
+            ("flow", "=", target.flow.name),
+            ("layer", "=", target.tables.layer),
+            ("business_date", "=", business_date),
+            ("file", "=", str(file)),
+            ("mode", "=", mode),
+            ("run_at", ">=", since),
+        ],
+    )
+    return bool(found)
 
 
 def _check_dated(
@@ -157,7 +191,7 @@ def _record_run(
         "flow STRING, layer STRING, business_date DATE, file STRING, mode STRING, "
         "received BIGINT, accepted BIGINT, rejected BIGINT, late BIGINT",
     ).withColumn("run_at", F.current_timestamp())
-    df.write.format("delta").mode("append").save(target.tables.eod_runs)
+    append(df, target.tables.eod_runs)
 
 
 def _progress(message: str) -> None:

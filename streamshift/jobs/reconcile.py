@@ -35,7 +35,9 @@ from streamshift.core.flow import Flow
 from streamshift.read.control import closed_dates, current_stage
 from streamshift.sources.eodfile import FileLayout, check_file
 from streamshift.sources.eodread import read_eod_file
+from streamshift.write import runs
 from streamshift.write.apply import ApplyResult, apply_changes
+from streamshift.write.runs import file_digest, run_key
 from streamshift.write.target import Target, when_small
 from streamshift.write.transforms import checked_changes, latest_per_key
 
@@ -221,7 +223,11 @@ def _eod_correct(
     layout: FileLayout,
 ) -> ApplyResult:
     raw = read_eod_file(spark, eod_file, flow, layout)
-    current = target.table("current").select(
+    # Against current state as this run first saw it: a re-run after a kill derives the same
+    # differences and repairs what the first attempt left undone (streamshift.write.runs).
+    key = run_key(flow.name, target.tables.layer, business_date, file_digest(eod_file))
+    run = runs.begin(spark, target, "eod-correct", key)
+    current = run.current(target).select(
         F.col(flow.key).alias("_k"), F.col(flow.version).alias("_v")
     )
     typed_key = F.trim(F.col(flow.key))
@@ -232,7 +238,7 @@ def _eod_correct(
         .drop("_k", "_v")
     )
     _say(f"applying the EOD file's differences to the stream layer ({eod_file})")
-    return apply_changes(
+    result = apply_changes(
         flow,
         differing,
         EOD_CORRECTION_SOURCE,
@@ -240,6 +246,8 @@ def _eod_correct(
         batch_id=f"{EOD_CORRECTION_SOURCE}:{eod_file}",
         closing_date=business_date,
     )
+    runs.finish(spark, target, run)
+    return result
 
 
 @dataclass

@@ -1,7 +1,11 @@
 """Reading an EOD CSV file into the write path's raw form (Spark), after the file-level checks.
 
-Rows that cannot be split into the header's fields are kept whole and flagged with the
+Files are read as RFC 4180 says (what Python's ``csv`` module and spreadsheets write): a field
+in double quotes may hold commas, and a doubled quote inside it is one quote; a backslash is
+data. Rows that cannot be split into the header's fields are kept whole and flagged with the
 ``field_count`` rule, so the write path quarantines them with their line number and raw text.
+A record whose quoted field holds a line break spans physical lines; each of its lines is
+flagged ``quoted_line_break`` (an odd number of quotes on the line), with its own line number.
 """
 
 from __future__ import annotations
@@ -17,6 +21,10 @@ from streamshift.core.flow import Flow
 from streamshift.sources.eodfile import FileLayout
 
 FIELD_COUNT_RULE = "field_count"
+QUOTED_LINE_BREAK_RULE = "quoted_line_break"
+# RFC 4180: a quote inside a quoted field is escaped by doubling it (Spark's CSV reader
+# otherwise takes a backslash as the escape, and keeps doubled quotes as two).
+CSV_OPTIONS = {"mode": "PERMISSIVE", "quote": '"', "escape": '"'}
 _FIELD_SEPARATOR = ',(?=(?:[^"]*"[^"]*")*[^"]*$)'
 
 
@@ -52,22 +60,27 @@ def read_eod_file(spark: SparkSession, path: Path, flow: Flow, layout: FileLayou
     # are counted directly (the quote-aware split scans the rest of the line at every comma).
     value = F.col("value")
     commas = F.length(value) - F.length(F.replace(value, F.lit(","), F.lit("")))
+    quotes = F.length(value) - F.length(F.replace(value, F.lit('"'), F.lit("")))
     n_fields = F.when(F.instr(value, '"') == 0, commas + 1).otherwise(
         F.size(F.split(value, _FIELD_SEPARATOR, -1))
     )
     rows = lines.where((F.col("line") > 1) & (F.length(F.trim("value")) > 0)).select(
         F.col("value").alias(RAW),
         F.concat(F.lit(f"{os.fspath(path)}:"), F.col("line").cast("string")).alias(SOURCE_REF),
-        F.from_csv("value", ddl, {"mode": "PERMISSIVE"}).alias("r"),
+        F.from_csv("value", ddl, CSV_OPTIONS).alias("r"),
         (n_fields != F.lit(len(layout.header))).alias("_wrong_count"),
+        (F.when(F.instr(value, '"') > 0, quotes % 2 == 1).otherwise(False)).alias("_open"),
     )
-    wrong_count = F.col("_wrong_count")
+    wrong_count, open_quote = F.col("_wrong_count"), F.col("_open")
+    unreadable = wrong_count | open_quote
     return rows.select(
         *[
-            F.when(wrong_count, F.lit(None)).otherwise(F.col(f"r.`{c}`")).alias(c)
+            F.when(unreadable, F.lit(None)).otherwise(F.col(f"r.`{c}`")).alias(c)
             for c in flow.columns
         ],
         F.col(SOURCE_REF),
         F.col(RAW),
-        F.when(wrong_count, F.lit(FIELD_COUNT_RULE)).alias(MALFORMED),
+        F.when(open_quote, F.lit(QUOTED_LINE_BREAK_RULE))
+        .when(wrong_count, F.lit(FIELD_COUNT_RULE))
+        .alias(MALFORMED),
     )

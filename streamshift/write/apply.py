@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
@@ -39,6 +39,7 @@ from streamshift.core.catalog import LATE_EVENTS_SCHEMA, LayerTables
 from streamshift.core.contract import APPLIED_AT, FAILED, IS_DELETED, RAW, SOURCE, SOURCE_REF
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.flow import Flow, Reference
+from streamshift.write.commits import append, merge_into
 from streamshift.write.target import Target, delta_log_version, read, when_small
 from streamshift.write.transforms import (
     FIRST_VERSION,
@@ -49,9 +50,6 @@ from streamshift.write.transforms import (
     recompute_view_groups,
     state_columns,
 )
-
-if TYPE_CHECKING:
-    from delta.tables import DeltaMergeBuilder
 
 # Batches with fewer accepted rows than this are "small": literal IN-lists in MERGE
 # conditions (Delta prunes files by stats), and one collected history lookup that serves
@@ -119,21 +117,17 @@ class ApplyResult:
         )
 
 
-def _in_list(column: str, values: Sequence[object]) -> str:
-    def literal(v: object) -> str:
-        if isinstance(v, dt.date):
-            return f"DATE'{v.isoformat()}'"
-        return "'" + str(v).replace("'", "''") + "'"
-
-    if not values:
-        return "false"
-    return f"{column} IN ({', '.join(literal(v) for v in values)})"
+def _isin(column: str, values: Sequence[object]) -> Column:
+    """``column`` is one of ``values``, as literals Spark binds (no SQL text from data)."""
+    return F.col(column).isin(list(values)) if values else F.lit(False)
 
 
-def _merge_counts(merge_output: DataFrame) -> dict[str, int]:
-    """The row counts a Delta MERGE returns (num_inserted_rows, num_updated_rows, ...)."""
-    row = merge_output.first()
-    return {k: int(v or 0) for k, v in row.asDict().items()} if row is not None else {}
+def _same(columns: Sequence[str]) -> Column:
+    """Target ``t`` and source ``s`` agree on ``columns`` (a MERGE's join)."""
+    on = F.lit(True)
+    for c in columns:
+        on = on & (F.col(f"t.{c}") == F.col(f"s.{c}"))
+    return on
 
 
 class WriteConflictError(StreamshiftError):
@@ -313,8 +307,6 @@ def _apply_once(
 def _quarantine(
     spark: SparkSession, flow: Flow, rejected: DataFrame, tables: LayerTables, batch_id: str
 ) -> None:
-    from delta.tables import DeltaTable
-
     rows = rejected.select(
         F.lit(flow.name).alias("flow"),
         F.col(SOURCE).alias("source"),
@@ -326,15 +318,7 @@ def _quarantine(
         F.lit(batch_id).alias("batch_id"),
         F.current_timestamp().alias("quarantined_at"),
     )
-    (
-        DeltaTable.forPath(spark, tables.quarantine)
-        .alias("t")
-        .merge(
-            rows.alias("s"), "t.flow = s.flow AND t.source_ref = s.source_ref AND t.rule = s.rule"
-        )
-        .whenNotMatchedInsertAll()
-        .execute()
-    )
+    merge_into(spark, tables.quarantine, rows, _same(["flow", "source_ref", "rule"]), insert="*")
 
 
 def _apply_accepted(
@@ -399,7 +383,7 @@ def _apply_accepted(
         if small:
             result.late = sum(keys_by_date[d] for d in late_dates)
         elif late_dates:  # the keys of each late date (a key may have versions in several)
-            late_keys = versions.where(_in_list(bd, late_dates)).select(key, bd).distinct()
+            late_keys = versions.where(_isin(bd, late_dates)).select(key, bd).distinct()
             result.late = late_keys.count()
 
         version_before, dates_were_empty = -1, False
@@ -438,7 +422,7 @@ def _apply_accepted(
             )
         date_at = group_columns.index(bd)
         touched_dates = sorted({g[date_at] for g in touched} | set(incoming_dates))
-        date_filter = _in_list(f"t.{bd}", touched_dates)
+        date_filter = _isin(f"t.{bd}", touched_dates)
 
         # A large batch for dates current state never held (a new day's EOD file): nothing
         # can match, so an insert-only MERGE does it (one anti-join, no source materialisation,
@@ -455,7 +439,7 @@ def _apply_accepted(
             latest,
             tables,
             date_filter,
-            _in_list(f"t.{key}", keys) if small else "true",
+            _isin(f"t.{key}", keys) if small else F.lit(True),
             sum(r["keys"] for r in by_group) if seen_empty_at is not None else None,
             attempts,
         )
@@ -485,7 +469,7 @@ def _apply_accepted(
                 result.touched_groups[view.name] = len(groups_rows)
             steps.wait(*(f"view {v.name}" for v in flow.views))
 
-        stored = read(spark, tables.current).where(_in_list(bd, touched_dates))
+        stored = read(spark, tables.current).where(_isin(bd, touched_dates))
         if inserted_only and only_this_commit():
             # Every key went into dates that held nothing, and no other writer has committed
             # to current state since they were seen empty: those dates' current state is the
@@ -580,17 +564,8 @@ def _merge_history(
     it. The MERGE reads the files it could match, so Delta refuses the second commit and the
     apply runs again.
     """
-    from delta.tables import DeltaTable
-
-    key, version = flow.key, flow.version
-    on = F.expr(f"t.{key} = s.{key} AND t.{version} = s.{version}") & narrowed
-    (
-        DeltaTable.forPath(spark, tables.history)
-        .alias("t")
-        .merge(versions.alias("s"), on)
-        .whenNotMatchedInsertAll()
-        .execute()
-    )
+    on = _same([flow.key, flow.version]) & narrowed
+    merge_into(spark, tables.history, versions, on, insert="*")
 
 
 def _insert_history(
@@ -605,7 +580,7 @@ def _insert_history(
     rows = versions.join(F.broadcast(wanted), [key, version], "left_semi")
     keys = sorted({r[key] for r in new})
     dates = sorted({r[bd] for r in new})
-    narrowed = F.expr(f"{_in_list(f't.{bd}', dates)} AND {_in_list(f't.{key}', keys)}")
+    narrowed = _isin(f"t.{bd}", dates) & _isin(f"t.{key}", keys)
     _merge_history(spark, flow, rows, tables, narrowed)
 
 
@@ -661,8 +636,8 @@ def _merge_current(
     flow: Flow,
     latest: DataFrame,
     tables: LayerTables,
-    date_filter: str,
-    key_filter: str,
+    date_filter: Column,
+    key_filter: Column,
     fresh_keys: int | None,
     attempts: _Attempts,
 ) -> bool:
@@ -674,35 +649,20 @@ def _merge_current(
     insert-only one stays committed should the full one then meet a conflict). Returns whether
     the insert-only MERGE inserted every key.
     """
-    from delta.tables import DeltaTable
+    version = F.col(f"s.{flow.version}") > F.col(f"t.{flow.version}")
+    on = _same([flow.key]) & date_filter & key_filter
 
-    key, version = flow.key, flow.version
-
-    def merge() -> DeltaMergeBuilder:
-        return (
-            DeltaTable.forPath(spark, tables.current)
-            .alias("t")
-            .merge(
-                latest.alias("s"),
-                f"t.{key} = s.{key} AND {date_filter} AND {key_filter}",
-            )
-        )
-
-    def committed(merge_output: DataFrame) -> int:
-        counts = _merge_counts(merge_output)
+    def committed(counts: dict[str, int]) -> int:
         attempts.applied += counts.get("num_inserted_rows", 0) + counts.get("num_updated_rows", 0)
         return counts.get("num_inserted_rows", 0)
 
     if (
         fresh_keys is not None
-        and committed(merge().whenNotMatchedInsertAll().execute()) >= fresh_keys
+        and committed(merge_into(spark, tables.current, latest, on, insert="*")) >= fresh_keys
     ):
         return True
     committed(
-        merge()
-        .whenMatchedUpdateAll(condition=f"s.{version} > t.{version}")
-        .whenNotMatchedInsertAll()
-        .execute()
+        merge_into(spark, tables.current, latest, on, update="*", update_when=version, insert="*")
     )
     return False
 
@@ -715,10 +675,8 @@ def _record_late(
     late_dates: list[dt.date],
 ) -> None:
     """Step 6: changes for business dates an EOD run already closed."""
-    from delta.tables import DeltaTable
-
     key, version, bd = flow.key, flow.version, flow.business_date
-    late = versions.where(_in_list(bd, late_dates)).select(
+    late = versions.where(_isin(bd, late_dates)).select(
         F.lit(flow.name).alias("flow"),
         F.col(bd).alias("business_date"),
         F.col(key).cast("string").alias("key"),
@@ -726,17 +684,8 @@ def _record_late(
         F.current_timestamp().alias("arrived_at"),
         F.col(SOURCE).alias("source"),
     )
-    (
-        DeltaTable.forPath(spark, tables.late_events)
-        .alias("t")
-        .merge(
-            late.alias("s"),
-            "t.flow = s.flow AND t.business_date = s.business_date "
-            "AND t.key = s.key AND t.version = s.version AND t.source = s.source",
-        )
-        .whenNotMatchedInsertAll()
-        .execute()
-    )
+    on = _same(["flow", "business_date", "key", "version", "source"])
+    merge_into(spark, tables.late_events, late, on, insert="*")
 
 
 def _append_late(
@@ -757,8 +706,9 @@ def _append_late(
     stored = (
         read(spark, tables.late_events)
         .where(
-            f"{_in_list('flow', [flow.name])} AND {_in_list('business_date', late_dates)} "
-            f"AND {_in_list('key', keys)}"
+            (F.col("flow") == F.lit(flow.name))
+            & _isin("business_date", late_dates)
+            & _isin("key", keys)
         )
         .select("business_date", "key", "version", "source")
         .collect()
@@ -769,7 +719,7 @@ def _append_late(
     now = dt.datetime.now(dt.UTC)
     rows = [(flow.name, d, k, v, now, src) for d, k, v, src in sorted(new, key=repr)]
     frame = spark.createDataFrame(rows, LATE_EVENTS_SCHEMA)
-    frame.write.format("delta").mode("append").save(tables.late_events)
+    append(frame, tables.late_events)
 
 
 def _merge_view(
@@ -778,12 +728,10 @@ def _merge_view(
     live: DataFrame,
     groups: DataFrame,  # type: ignore[no-untyped-def]
     path: str,
-    date_filter: str,
+    date_filter: Column,
     local: bool,
 ) -> None:
     """MERGE the touched groups that actually changed; nothing to change, no commit."""
-    from delta.tables import DeltaTable
-
     recomputed = recompute_view_groups(view.compute, live, groups, view.group_key)
     stored = (
         read(spark, path)
@@ -806,18 +754,19 @@ def _merge_view(
             return
     try:
         value_columns = [c for c in source.columns if c not in view.group_key and c != "_present"]
-        on = " AND ".join(f"t.{c} <=> s.{c}" for c in view.group_key)
-        (
-            DeltaTable.forPath(spark, path)
-            .alias("t")
-            .merge(source.alias("s"), f"{on} AND {date_filter}")
-            .whenMatchedDelete(condition="s._present IS NULL")
-            .whenMatchedUpdate(set={c: f"s.{c}" for c in value_columns})
-            .whenNotMatchedInsert(
-                condition="s._present IS NOT NULL",
-                values={c: f"s.{c}" for c in (*view.group_key, *value_columns)},
-            )
-            .execute()
+        on = date_filter
+        for c in view.group_key:
+            on = on & F.col(f"t.{c}").eqNullSafe(F.col(f"s.{c}"))
+        present = F.col("s._present").isNotNull()
+        merge_into(
+            spark,
+            path,
+            source,
+            on,
+            delete_when=~present,
+            update={c: F.col(f"s.{c}") for c in value_columns},
+            insert={c: F.col(f"s.{c}") for c in (*view.group_key, *value_columns)},
+            insert_when=present,
         )
     finally:
         source.unpersist()

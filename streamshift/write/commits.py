@@ -1,0 +1,121 @@
+"""Every Delta commit of the write path goes through here: one MERGE helper, one append, and
+the fault-injection point the re-run tests use.
+
+Conditions are :class:`~pyspark.sql.Column` expressions, never SQL text built from data: a
+key such as ``BK\\7`` or ``O'Brien`` is a literal value to Spark, not characters in a
+statement. Column names in the conditions come from the flow's spec, never from data.
+
+Fault injection (tests, and anyone checking a deployment's recovery): with
+``STREAMSHIFT_KILL_AFTER_COMMITS=k`` in the environment, the process exits with status 137
+(as ``kill -9`` leaves it) right after its k-th commit through this module. In-process,
+:func:`kill_after` does the same without ending the process: the k-th commit raises
+:class:`SimulatedKill` once it has committed, and every later commit of the process raises it
+before committing, as if the process had died there.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Mapping
+from typing import Literal
+
+from pyspark.sql import Column, DataFrame, SparkSession
+
+KILL_ENV = "STREAMSHIFT_KILL_AFTER_COMMITS"
+
+Assignments = Literal["*"] | Mapping[str, Column]
+
+
+class SimulatedKill(BaseException):
+    """The process 'died' at a fault-injection point (not an Exception: nothing catches it
+    on the way out, as nothing would catch a SIGKILL)."""
+
+
+class _Faults:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.committed = 0
+        self.limit: int | None = None
+        self.in_process = False
+        env = os.environ.get(KILL_ENV)
+        if env:
+            self.limit = int(env)
+
+    def before(self) -> None:
+        with self.lock:
+            if self.limit is not None and self.in_process and self.committed >= self.limit:
+                raise SimulatedKill(f"killed after commit {self.limit}")
+
+    def after(self, what: str) -> None:
+        with self.lock:
+            self.committed += 1
+            if self.limit is None or self.committed != self.limit:
+                return
+            if not self.in_process:
+                print(f"[fault] exiting after commit {self.committed} ({what})", file=sys.stderr)
+                sys.stderr.flush()
+                os._exit(137)
+        raise SimulatedKill(f"killed after commit {self.limit} ({what})")
+
+
+_faults = _Faults()
+
+
+def kill_after(commits: int | None) -> None:
+    """In-process fault injection: the ``commits``-th commit from now is the last one
+    (``None`` turns it off)."""
+    with _faults.lock:
+        _faults.committed = 0
+        _faults.limit = commits
+        _faults.in_process = commits is not None
+
+
+def commits_so_far() -> int:
+    """Commits through this module since the process started or :func:`kill_after` reset it."""
+    return _faults.committed
+
+
+def merge_into(
+    spark: SparkSession,
+    path: str,
+    source: DataFrame,
+    on: Column,
+    *,
+    update: Assignments | None = None,
+    update_when: Column | None = None,
+    delete_when: Column | None = None,
+    insert: Assignments | None = None,
+    insert_when: Column | None = None,
+) -> dict[str, int]:
+    """MERGE ``source`` (alias ``s``) into the Delta table at ``path`` (alias ``t``) on ``on``.
+
+    ``delete_when``: a matched row meeting it is deleted (checked first); ``update``: matched
+    rows are updated, all columns (``"*"``) or the given ones, where ``update_when`` holds;
+    ``insert``: unmatched source rows are inserted where ``insert_when`` holds. Returns the
+    MERGE's row counts (``num_inserted_rows``, ``num_updated_rows``, ...)."""
+    from delta.tables import DeltaTable
+
+    _faults.before()
+    builder = DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), on)
+    if delete_when is not None:
+        builder = builder.whenMatchedDelete(condition=delete_when)
+    if update == "*":
+        builder = builder.whenMatchedUpdateAll(condition=update_when)
+    elif update is not None:
+        builder = builder.whenMatchedUpdate(condition=update_when, set=dict(update))
+    if insert == "*":
+        builder = builder.whenNotMatchedInsertAll(condition=insert_when)
+    elif insert is not None:
+        builder = builder.whenNotMatchedInsert(condition=insert_when, values=dict(insert))
+    row = builder.execute().first()
+    _faults.after(f"MERGE into {path}")
+    return {k: int(v or 0) for k, v in row.asDict().items()} if row is not None else {}
+
+
+def append(frame: DataFrame, path: str) -> None:
+    """Append ``frame`` to the Delta table at ``path`` (one commit)."""
+    _faults.before()
+    frame.write.format("delta").mode("append").save(path)
+    _faults.after(f"append to {path}")
