@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from streamshift.core.errors import StreamshiftError
-from streamshift.core.settings import describe, load_settings
+from streamshift.core.settings import describe, load_settings, shown
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -26,7 +26,8 @@ def _cmd_settings(args: argparse.Namespace) -> int:
     settings = load_settings()
     for name, default, doc in describe():
         field_name = name.removeprefix("STREAMSHIFT_").lower()
-        print(f"{name:42} = {getattr(settings, field_name)!s:28}  # {doc} (default {default})")
+        value = shown(field_name, getattr(settings, field_name))
+        print(f"{name:42} = {value:28}  # {doc} (default {default})")
     return 0
 
 
@@ -139,6 +140,10 @@ def _date(text: str) -> dt.date:
         raise argparse.ArgumentTypeError(f"{text!r} is not a date; use YYYY-MM-DD") from None
 
 
+def _say_progress(message: str) -> None:
+    print(f"[streamshift] {message}", file=sys.stderr, flush=True)
+
+
 def _spark(flow_name: str):  # type: ignore[no-untyped-def]
     """(settings, spark, flow) for a command that needs Spark; says what Spark it runs on."""
     from streamshift.core.registry import get_flow
@@ -153,11 +158,16 @@ def _spark(flow_name: str):  # type: ignore[no-untyped-def]
 
 
 def _cmd_eod(args: argparse.Namespace) -> int:
+    from streamshift.core.registry import get_flow
     from streamshift.jobs.eod import run_eod
+    from streamshift.sources.eodfile import wait_until_complete
     from streamshift.write.target import Target
 
     if not args.file.exists():
         raise UserError(f"EOD file {args.file} not found; pass the path of an existing CSV file")
+    wait_until_complete(
+        args.file, get_flow(args.flow), load_settings().file_stable_seconds, _say_progress
+    )
     settings, spark, flow = _spark(args.flow)
     target = Target.open(spark, settings, flow, args.layer)
     replace = args.replace or args.mode == "replace"

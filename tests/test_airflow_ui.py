@@ -36,7 +36,7 @@ from streamshift.core.catalog import ControlTables
 from streamshift.core.registry import flow_names
 from streamshift.jobs.eod import run_eod
 from streamshift.jobs.reconcile import reconcile_date
-from streamshift.local.airflow import USER, VIEWER, LocalAirflow, password
+from streamshift.local.airflow import OPERATOR, USER, VIEWER, LocalAirflow, password
 from streamshift.orchestrate import tasks as T
 from streamshift.read.control import current_stage
 from streamshift.write.target import Target, read
@@ -436,6 +436,9 @@ def test_the_page_api_needs_an_airflow_user_and_the_api_server_runs_no_jvm(airfl
     assert _status(f"{airflow.url}/streamshift/migration")[0] == 401
     assert _status(f"{airflow.url}/streamshift/reports/trades/{DAYS[0]}")[0] == 401
     assert _status(flows, token="not-a-token")[0] == 403
+    # FastAPI's own docs routes would answer without the app's dependencies: they are off.
+    for route in ("docs", "redoc", "openapi.json"):
+        assert _status(f"{airflow.url}/streamshift/{route}")[0] == 404, route
     status, body = _status(flows, token=client.token())
     assert status == 200 and [f["flow"] for f in body] == flow_names()
     by_flow = {f["flow"]: f for f in body}
@@ -496,3 +499,22 @@ def test_promote_dag_refuses_like_the_cli(airflow_stack) -> None:  # type: ignor
     assert run["state"] == "failed"
     assert states["check_gate"] == "failed" and states["record_promotion"] == "upstream_failed"
     assert current_stage(settings, "trades") == now
+
+
+def test_forcing_a_promotion_needs_the_admin_role(airflow_stack) -> None:  # type: ignore[no-untyped-def]
+    """An operator may trigger streamshift_promote, but a forced run of theirs fails at the
+    gate task naming the role it needs; the stage stays."""
+    settings, _ = airflow_stack
+    operator = LocalAirflow(settings).client(OPERATOR)
+    now = current_stage(settings, "trades")
+    to = next(s for s in STAGES if s != now)
+    run_id = f"forced-by-operator-{time.time_ns()}"
+    conf = {"flow": "trades", "to": to, "force": True, "reason": "operator tries"}
+    operator.trigger("streamshift_promote", conf, run_id=run_id)
+    run = operator.wait_for_run("streamshift_promote", run_id, timeout=300, progress=False)
+    states = operator.task_states("streamshift_promote", run_id)
+    assert run["state"] == "failed" and states["check_gate"] == "failed"
+    assert states["record_promotion"] == "upstream_failed"
+    assert current_stage(settings, "trades") == now
+    log = operator.task_log("streamshift_promote", run_id, "check_gate")
+    assert "may not force a promotion past the gate: that needs the admin role" in log, log

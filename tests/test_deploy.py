@@ -31,6 +31,29 @@ def compose_schema() -> dict[str, Any]:
     return json.loads((vendored / "compose-spec.json").read_text())
 
 
+def _variable(value: str | None) -> str | None:
+    """``${NAME}`` or ``${NAME:?message}`` as ``${NAME}``: which variable a value reads."""
+    match = re.fullmatch(r"\$\{(\w+)(?::?[?-][^}]*)?\}", value or "")
+    return f"${{{match.group(1)}}}" if match else value
+
+
+def secrets_in(doc: dict[str, Any]) -> list[str]:
+    """Settings whose name says secret and whose value is written in the file, not read from
+    the environment (.env), and URLs carrying a literal password."""
+    found = []
+    for name, svc in doc["services"].items():
+        for key, value in _env(svc).items():
+            secret = re.search(r"PASSWORD|SECRET|TOKEN|PRIVATE_KEY", key) and not key.endswith(
+                "_FILE"
+            )
+            if secret and not re.fullmatch(r"\$\{\w+(:?[?-][^}]*)?\}", str(value)):
+                found.append(f"{name}: {key} is written in the file")
+            password = urlsplit(str(value)).password if "://" in str(value) else None
+            if password and not re.fullmatch(r"\$\{\w+\}", password):
+                found.append(f"{name}: {key} carries a password")
+    return found
+
+
 def _env(service: dict[str, Any]) -> dict[str, str]:
     env = service.get("environment") or {}
     if isinstance(env, list):
@@ -141,10 +164,10 @@ def problems(doc: dict[str, Any]) -> list[str]:
         if "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" in env:
             db = urlsplit(env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
             points_at(name, "database", db.hostname or "", db.port or 5432, "postgres", 5432)
-            wanted = (postgres.get("POSTGRES_USER"), postgres.get("POSTGRES_PASSWORD"))
-            if (db.username, db.password) != wanted or db.path.lstrip("/") != postgres.get(
-                "POSTGRES_DB"
-            ):
+            wanted = (postgres.get("POSTGRES_USER"), _variable(postgres.get("POSTGRES_PASSWORD")))
+            if (db.username, _variable(db.password)) != wanted or db.path.lstrip(
+                "/"
+            ) != postgres.get("POSTGRES_DB"):
                 found.append(f"{name}: database user, password or name differ from postgres's")
             if env.get("AIRFLOW__CORE__EXECUTOR") != "LocalExecutor":
                 found.append(f"{name}: executor is not the LocalExecutor")
@@ -238,3 +261,20 @@ def test_the_image_is_built_from_the_lock_by_the_projects_setup() -> None:
     assert "scripts/setup" in dockerfile
     for source in re.findall(r"^COPY\s+(\S+)\s", dockerfile, re.MULTILINE):
         assert source == "." or (REPO / source).exists(), source
+
+
+def test_the_compose_file_holds_no_secret(compose) -> None:  # type: ignore[no-untyped-def]
+    assert secrets_in(compose) == []
+    # .env.example names each variable the file reads, with no value; .env stays out of git
+    example = (REPO / ".env.example").read_text()
+    wanted = set(re.findall(r"\$\{(\w+)", COMPOSE.read_text()))
+    assert wanted and all(re.search(rf"^{v}=$", example, re.MULTILINE) for v in wanted)
+    assert ".env" in (REPO / ".gitignore").read_text().split()
+    # the check catches what it is for
+    leaky = json.loads(json.dumps(compose))
+    leaky["services"]["postgres"]["environment"]["POSTGRES_PASSWORD"] = "airflow"
+    url = "postgresql://airflow:airflow@postgres/airflow"
+    leaky["services"]["scheduler" if "scheduler" in leaky["services"] else "postgres"][
+        "environment"
+    ] = {**_env(leaky["services"]["postgres"]), "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url}
+    assert len(secrets_in(leaky)) >= 2

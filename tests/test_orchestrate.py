@@ -231,3 +231,59 @@ def test_the_supervisor_starts_the_stream_at_the_configured_niceness(tmp_path: P
             time.sleep(0.05)
     finally:
         os.killpg(pid, signal.SIGKILL)  # its own session: spark-submit and its children
+
+
+def test_the_supervisor_knows_a_process_by_pid_and_start_honours_a_stop_and_backs_off(
+    tmp_path,
+) -> None:  # type: ignore[no-untyped-def]
+    from streamshift.core.heartbeat import heartbeat_path, read_status, write_heartbeat
+    from streamshift.core.processes import process_start
+    from streamshift.orchestrate.supervise import (
+        backoff_until,
+        read_restarts,
+        restarts_path,
+        supervise,
+    )
+
+    now = dt.datetime.now(dt.UTC)
+    fresh = (now - dt.timedelta(seconds=10)).isoformat()
+    me, started = os.getpid(), process_start(os.getpid())
+    assert started is not None
+    beat = {"pid": me, "pid_start": started, "state": "running", "last_seen": fresh}
+    assert health(beat, 300, now)[0] == "healthy"
+    # the same pid with another start time is another process: the job is gone
+    assert health({**beat, "pid_start": started - 1}, 300, now)[0] == "dead"
+    # an operator's stop is not a death
+    assert health({**beat, "state": "stopped"}, 300, now)[0] == "stopped"
+
+    minutes = lambda m: (now - dt.timedelta(minutes=m)).isoformat()
+    assert backoff_until([minutes(20), minutes(10)], now) is None
+    until = backoff_until([minutes(20), minutes(10), minutes(1)], now)
+    assert until is not None and until > now
+    assert backoff_until([minutes(50), minutes(40), minutes(35)], now) is None  # long ago
+
+    # A crash-looping stream is not restarted again now: it shows as failing instead.
+    settings = load_settings({}, home=tmp_path)
+    streams = {"trades": "stream", "telemetry": "batch"}
+
+    def job(state: str) -> None:
+        dead = {"pid": 2**22 + 1, "last_seen": fresh, "started_at": fresh}
+        write_heartbeat(
+            heartbeat_path(tmp_path, "trades", "stream"),
+            {"flow": "trades", "layer": "stream", "state": state, **dead},
+        )
+
+    job("failed")
+    path = restarts_path(settings, "trades")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    looping = [minutes(9), minutes(5), minutes(1)]
+    path.write_text(json.dumps({"restarts": 3, "restarted_at": looping}))
+    actions = {a["flow"]: a for a in supervise(settings, streams)}
+    assert actions["trades"]["action"] == "backing_off" and actions["trades"]["state"] == "failing"
+    assert read_restarts(settings, "trades")["restarts"] == 3  # nothing was started
+    (status,) = read_status(tmp_path)
+    assert status.failing and "crash-looping" in status.describe()
+    # An operator's stop is left alone, however often the job crashed before.
+    job("stopped")
+    actions = {a["flow"]: a for a in supervise(settings, streams)}
+    assert actions["trades"]["action"] == "none" and actions["trades"]["state"] == "stopped"

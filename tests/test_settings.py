@@ -128,3 +128,18 @@ def test_spark_submit_args_survive_the_shell(capsys, monkeypatch) -> None:  # ty
     driver = next(a for a in printed if a.startswith("spark.driver.extraJavaOptions="))
     assert "-XX:+UseParallelGC" in driver.split()
     assert "-Duser.timezone=UTC" in driver.split()
+
+
+def test_the_settings_command_masks_secrets(tmp_path: Path) -> None:
+    from tests.cli_support import run_cli
+
+    shown = run_cli(
+        tmp_path, "settings", kafka_sasl_password="hunter2-secret", kafka_sasl_username="svc"
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "hunter2" not in shown.stdout + shown.stderr
+    password = next(line for line in shown.stdout.splitlines() if "KAFKA_SASL_PASSWORD" in line)
+    assert "******** (set)" in password
+    assert any(
+        "KAFKA_SASL_USERNAME" in line and "svc" in line for line in shown.stdout.splitlines()
+    )

@@ -92,6 +92,21 @@ class ReferenceTable:
 
 
 @dataclass(frozen=True)
+class Completeness:
+    """How a flow's files (EOD, replacement, external) say they are whole.
+
+    * ``marker``: a ``<file>.done`` beside the file, or a ``_SUCCESS`` in its folder;
+    * ``trailer``: the file ends with a trailer line ``<trailer>,<rows>[,<sum>]`` (not a data
+      row): the data rows' count and, with ``trailer_sum``, that column's sum;
+    * neither: the file's size must stay the same for ``file_stable_seconds`` (a setting).
+    """
+
+    marker: bool = False
+    trailer: str | None = None
+    trailer_sum: str | None = None
+
+
+@dataclass(frozen=True)
 class Flow:
     name: str
     schema: StructType
@@ -108,6 +123,8 @@ class Flow:
     retraction_columns: tuple[str, ...] = ()
     # Value given to the flow's event-type column for synthetic retractions.
     retraction_values: Mapping[str, object] = field(default_factory=dict)
+    # How its files signal that they are complete (a half-copied file is never loaded).
+    completeness: Completeness = Completeness()
 
     @property
     def columns(self) -> list[str]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streamshift.core.processes import pid_alive
+from streamshift.core.processes import same_process
 
 
 def status_dir(home: Path) -> Path:
@@ -32,6 +32,26 @@ def query_name(flow: str, layer: str) -> str:
 
 def heartbeat_path(home: Path, flow: str, layer: str) -> Path:
     return status_dir(home) / f"{query_name(flow, layer)}.json"
+
+
+def restarts_path(home: Path, flow: str, layer: str) -> Path:
+    """The supervisor's record of a stream's restarts (and its back-off when crash-looping)."""
+    return status_dir(home) / f"{query_name(flow, layer)}.restarts"
+
+
+def read_restarts(home: Path, flow: str, layer: str) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = json.loads(restarts_path(home, flow, layer).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {"restarts": 0}
+    return data
+
+
+def process_of(beat: dict[str, Any]) -> bool:
+    """Whether the process a heartbeat names is alive and is the one that wrote it (pid and
+    start time: a reused pid is another process)."""
+    pid = beat.get("pid")
+    return isinstance(pid, int) and same_process(pid, beat.get("pid_start"))
 
 
 def progress_path(home: Path, flow: str, layer: str) -> Path:
@@ -121,6 +141,7 @@ class StreamStatus:
     running: bool
     beat: dict[str, Any]
     lag_now: int | None = None  # from the broker's end offsets, when it answers
+    failing: str | None = None  # the supervisor backs off restarting a crash-looping job
 
     def describe(self) -> str:
         b = self.beat
@@ -128,9 +149,13 @@ class StreamStatus:
             state = f"running (pid {b.get('pid')})"
         elif b.get("state") == "running":
             state = f"not running (process {b.get('pid')} is gone without stopping: killed?)"
+        elif b.get("state") == "stopped":
+            state = "stopped by an operator (the supervisor leaves it until it is started again)"
         else:
             state = f"not running ({b.get('state', 'unknown')})"
         parts = [f"{self.flow}/{self.layer}: {state}"]
+        if self.failing:
+            parts.append(f"FAILING: {self.failing}")
         if b.get("last_batch_at"):
             parts.append(
                 f"last batch {b.get('last_batch_id')} at {b['last_batch_at']} "
@@ -209,10 +234,9 @@ def read_status(home: Path, settings=None) -> list[StreamStatus]:  # type: ignor
             beat = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        pid = beat.get("pid")
-        running = beat.get("state") == "running" and isinstance(pid, int) and pid_alive(pid)
+        running = beat.get("state") == "running" and process_of(beat)
         lag_now = broker_lag(settings, beat) if settings is not None else None
-        statuses.append(
-            StreamStatus(beat.get("flow", "?"), beat.get("layer", "?"), running, beat, lag_now)
-        )
+        flow, layer = beat.get("flow", "?"), beat.get("layer", "?")
+        failing = read_restarts(home, flow, layer).get("failing")
+        statuses.append(StreamStatus(flow, layer, running, beat, lag_now, failing))
     return statuses

@@ -35,6 +35,24 @@ def pid_alive(pid: int) -> bool:
     return state != "Z"
 
 
+def process_start(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, from ``/proc``; None without it).
+    With the pid it names one process: a pid the kernel reuses comes with another start."""
+    try:
+        return int(_stat_fields(Path(f"/proc/{pid}/stat").read_text())[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def same_process(pid: int, started: int | None) -> bool:
+    """Whether ``pid`` is alive and is still the process that started at ``started`` (a
+    record without a start time is trusted on its pid alone)."""
+    if not pid_alive(pid):
+        return False
+    now = process_start(pid)
+    return started is None or now is None or now == started
+
+
 def _stat_fields(text: str) -> list[str]:
     """A ``/proc/<pid>/stat`` line's fields after the command name (which may hold spaces and
     parentheses): state, parent pid, process group, ..."""

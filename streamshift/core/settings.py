@@ -131,6 +131,12 @@ class Settings:
     kafka_sasl_username: str = _setting("", str, "sasl.username")
     kafka_sasl_password: str = _setting("", str, "sasl.password")
     kafka_ssl_ca_location: str = _setting("", str, "ssl.ca.location (PEM file)")
+    file_stable_seconds: int = _setting(
+        3,
+        _non_negative_int,
+        "a file of a flow with neither a done-marker nor a trailer is complete once its size "
+        "and modification time stayed the same this long",
+    )
     kafka_topic_partitions: int = _setting(3, _positive_int, "partitions of created topics")
     kafka_replication_factor: int = _setting(1, _positive_int, "replication of created topics")
     kafka_retention_ms: int = _setting(
@@ -285,6 +291,16 @@ def as_env(settings: Settings) -> dict[str, str]:
         if value is not None and value != f.default:
             env[env_name(f.name)] = str(value).lower() if isinstance(value, bool) else str(value)
     return env
+
+
+SECRET_WORDS = ("password", "secret", "token")
+
+
+def shown(field_name: str, value: object) -> str:
+    """A setting's value as commands print it: secrets masked (set or not is still said)."""
+    if any(w in field_name for w in SECRET_WORDS):
+        return "******** (set)" if value else "(not set)"
+    return str(value)
 
 
 def describe() -> list[tuple[str, str, str]]:

@@ -15,7 +15,7 @@ from streamshift.core.contract import MALFORMED, SOURCE
 from streamshift.core.flow import Flow
 from streamshift.read.tables import rows as delta_rows
 from streamshift.sources.eodfile import BadFileError, FileLayout, check_file
-from streamshift.sources.eodread import read_eod_file
+from streamshift.sources.eodread import check_control_totals, read_eod_file
 from streamshift.write import runs
 from streamshift.write.apply import ApplyResult, apply_changes
 from streamshift.write.commits import append
@@ -84,6 +84,7 @@ def _load(
     flow = target.flow
     _progress(f"reading {file} ({layout.data_lines} data lines)")
     rows = read_eod_file(spark, file, flow, layout).withColumn(SOURCE, F.lit(source))
+    check_control_totals(rows, flow, layout, file)
     _check_dated(flow, rows, business_date, file, replace)
     cancelled, run = 0, None
     mode = "replace" if replace else "delta"

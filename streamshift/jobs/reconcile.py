@@ -33,8 +33,8 @@ from streamshift.core.catalog import EOD_FILE, EXTERNAL, PARITY
 from streamshift.core.contract import FAILED, SOURCE
 from streamshift.core.flow import Flow
 from streamshift.read.control import closed_dates, current_stage
-from streamshift.sources.eodfile import FileLayout, check_file
-from streamshift.sources.eodread import read_eod_file
+from streamshift.sources.eodfile import FileLayout, check_file, wait_until_complete
+from streamshift.sources.eodread import check_control_totals, read_eod_file
 from streamshift.write import runs
 from streamshift.write.apply import ApplyResult, apply_changes
 from streamshift.write.runs import file_digest, run_key
@@ -223,6 +223,7 @@ def _eod_correct(
     layout: FileLayout,
 ) -> ApplyResult:
     raw = read_eod_file(spark, eod_file, flow, layout)
+    check_control_totals(raw, flow, layout, eod_file)
     # Against current state as this run first saw it: a re-run after a kill derives the same
     # differences and repairs what the first attempt left undone (streamshift.write.runs).
     key = run_key(flow.name, target.tables.layer, business_date, file_digest(eod_file))
@@ -295,6 +296,8 @@ def check_reconcile(
     for option, path in (("--against", against), ("--eod-file", eod_file)):
         if path is not None and not path.exists():
             raise ReconcileError(f"{option} {path}: file not found; pass an existing CSV file")
+        if path is not None:
+            wait_until_complete(path, flow, settings.file_stable_seconds, _say)
     stage = current_stage(settings, flow.name)
     if correct and (eod_file is None or stage not in CORRECTING_STAGES):
         raise ReconcileError(

@@ -46,6 +46,7 @@ from streamshift.core import heartbeat
 from streamshift.core.contract import FAILED, IS_DELETED, SOURCE_REF
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.flow import Flow, View
+from streamshift.core.processes import process_start
 from streamshift.core.settings import Settings
 from streamshift.sources.events import TRANSPORT_COLUMNS, serving_topic, topic_for
 
@@ -471,6 +472,7 @@ def run_serve(
         flow=flow.name,
         layer=name,
         pid=os.getpid(),
+        pid_start=process_start(os.getpid()),
         state="starting",
         started_at=heartbeat.now_iso(),
         topic=source_topic,

@@ -33,6 +33,7 @@ from streamshift.core import heartbeat
 from streamshift.core.contract import MALFORMED, SOURCE_REF
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.flow import Flow
+from streamshift.core.processes import process_start
 from streamshift.sources.decode import decode
 from streamshift.sources.events import (
     DECODE_ERROR,
@@ -300,6 +301,7 @@ class ProgressRecorder(StreamingQueryListener):
             "flow": flow.name,
             "layer": layer,
             "pid": os.getpid(),
+            "pid_start": process_start(os.getpid()),
             "state": "starting",
             "started_at": heartbeat.now_iso(),
             "topic": topic or topic_for(flow),

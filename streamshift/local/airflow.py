@@ -62,7 +62,8 @@ _SUPERVISE = (
 )
 USER = "admin"
 VIEWER = "viewer"  # read-only: sees the DAGs and the Migration page, cannot trigger or promote
-USERS = {USER: "admin", VIEWER: "viewer"}  # user -> SimpleAuthManager role
+OPERATOR = "operator"  # triggers DAGs and promotes through the gate, may not force past it
+USERS = {USER: "admin", VIEWER: "viewer", OPERATOR: "op"}  # user -> SimpleAuthManager role
 # Imported by name in every component (``airflow_db``: the busy timeout, and the write lock
 # taken before a SAVEPOINT); named, not imported, so this module's users load no SQLAlchemy.
 _CONNECT_ARGS = "streamshift.local.airflow_db.CONNECT_ARGS"
@@ -439,6 +440,17 @@ class AirflowClient:
         """Fail the backfill's queued runs and start no more (running ones go on)."""
         backfill: dict[str, Any] = self._send("PUT", f"/api/v2/backfills/{backfill_id}/cancel")
         return backfill
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
+        """One try's log of a task, as text (Airflow 3 answers structured entries)."""
+        path = f"{self._run_path(dag_id, run_id)}/taskInstances/{task_id}/logs/{try_number}"
+        body = self.get(f"{path}?full_content=true")
+        content = body.get("content", "") if isinstance(body, dict) else body
+        if isinstance(content, list):
+            return "\n".join(
+                str(e.get("event", e)) if isinstance(e, dict) else str(e) for e in content
+            )
+        return str(content)
 
     def task_states(self, dag_id: str, run_id: str) -> dict[str, str | None]:
         body = self.get(f"{self._run_path(dag_id, run_id)}/taskInstances?limit=100")

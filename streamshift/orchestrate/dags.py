@@ -18,7 +18,15 @@ from typing import Any
 import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.standard.sensors.filesystem import FileSensor
-from airflow.sdk import DAG, Asset, Param, TriggerRule, get_current_context, task
+from airflow.sdk import (
+    DAG,
+    Asset,
+    Param,
+    PokeReturnValue,
+    TriggerRule,
+    get_current_context,
+    task,
+)
 
 from streamshift.core.settings import REPO_ROOT, Settings, load_settings
 from streamshift.orchestrate import tasks as T
@@ -238,6 +246,20 @@ the log). Backfill with
             doc_md="Wait for the EOD file (deferred: a waiting run holds no worker slot).",
         )
 
+        @task.sensor(
+            task_id="wait_for_complete_file",
+            poke_interval=30,
+            timeout=12 * 3600,
+            mode="reschedule",  # between pokes the run holds no worker slot
+            doc_md="Wait until the file is complete as its flow declares: a done-marker, a "
+            "trailer line, or a size that stopped changing (a half-copied file is never loaded).",
+        )
+        def wait_for_complete_file(resolved: dict[str, Any]) -> PokeReturnValue:
+            missing = T.file_waiting_for(_settings(), resolved)
+            if missing:
+                print(f"{resolved['file']}: waiting for {missing}")
+            return PokeReturnValue(is_done=not missing)
+
         @task(doc_md="File-level checks in pure Python (header, delimiter, truncation).")
         def check_raw_file(resolved: dict[str, Any]) -> dict[str, Any]:
             from streamshift.sources.eodfile import BadFileError
@@ -330,7 +352,8 @@ the log). Backfill with
         checked = check_raw_file(inputs)
         branch = choose_path(inputs["path"], inputs["stage"])
         after_load = anything_to_reconcile(inputs["reconcile"], inputs["stage"])
-        inputs >> wait >> checked >> branch
+        complete = wait_for_complete_file(inputs)
+        inputs >> wait >> complete >> checked >> branch
         branch >> [load, correct]
         load >> after_load >> [reconcile, quality]
         reconcile >> quality
@@ -468,6 +491,8 @@ Airflow user who triggered the run as `changed_by`. The Migration page triggers 
             params = context["params"]
             user = context["dag_run"].triggering_user_name or OWNER
             force, reason = bool(params.get("force")), params.get("reason")
+            with _no_retry_on(T.ForceRefused):
+                T.check_may_force(user, force)
             with _no_retry_on(PromotionRefused):
                 change = check_promotion(
                     _settings(), params["flow"], params["to"], force=force, reason=reason
@@ -501,7 +526,8 @@ def stream_supervisor_dag() -> DAG:
 Every five minutes: for each flow whose stage runs a stream (shadow, stream, kappa), reads the
 job's heartbeat and lag; a dead or stalled job is restarted from its checkpoint (a detached
 `spark-submit streaming/run.py`). Restarts are logged and counted in
-`STREAMSHIFT_HOME/status/<flow>-stream.restarts.json`.
+`STREAMSHIFT_HOME/status/<flow>-stream.restarts`; an operator's stop is honoured, and a
+crash-looping job is restarted with a growing back-off and shows as failing.
 """,
     ) as dag:
 

@@ -123,6 +123,7 @@ def flow_summary(settings: Settings, flow: str) -> dict[str, Any]:
             {
                 "layer": s.layer,
                 "running": s.running,
+                "failing": s.failing,
                 "lag": s.lag_now if s.lag_now is not None else s.beat.get("lag"),
                 "last_batch_at": s.beat.get("last_batch_at"),
                 "status": s.describe(),
@@ -184,8 +185,7 @@ def _flow_section(s: dict[str, Any]) -> str:
         recon = "<p class='none'>not reconciled yet</p>"
     streams = (
         "".join(
-            f"<li class='stream {'running' if x['running'] else 'stopped'}'>{_e(x['status'])}</li>"
-            for x in s["streams"]
+            f"<li class='stream {_stream_class(x)}'>{_e(x['status'])}</li>" for x in s["streams"]
         )
         or "<li class='none'>no streaming job has run for this flow</li>"
     )
@@ -276,7 +276,7 @@ td, th {{ padding: 2px 8px; border-bottom: 1px solid #eee; text-align: left; }}
 .day {{ padding: 2px 6px; border-radius: 3px; font-size: .8em; }}
 .day.clean {{ background: #d4edda; }} .day.breaks {{ background: #f8d7da; }}
 .day.empty {{ background: #eee; color: #888; }}
-.refused {{ color: #a00; }} .running {{ color: #555; }}
+.refused, .failing {{ color: #a00; }} .running {{ color: #555; }}
 </style></head><body>
 <h1>Migration</h1>
 <p>Signed in as <b class="user">{_e(user)}</b>. Each flow's migration stage, the reconciliation
@@ -321,6 +321,10 @@ def _airflow_api(method: str, path: str, token: str | None, body: Any = None) ->
         raise HTTPException(exc.code, f"Airflow answered {exc.code}: {detail}") from None
 
 
+def _stream_class(stream: dict[str, Any]) -> str:
+    return "failing" if stream["failing"] else "running" if stream["running"] else "stopped"
+
+
 def create_app() -> Any:
     from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
     from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_view
@@ -334,6 +338,11 @@ def create_app() -> Any:
         title="streamshift Migration",
         description="Each flow's migration stage, evidence and health; promotion through the gate.",
         dependencies=may_view,
+        # FastAPI serves these without its app dependencies (no user asked): off, so every
+        # route of the app needs a signed-in Airflow user.
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
     )
 
     def known(flow: str) -> str:

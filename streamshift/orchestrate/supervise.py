@@ -5,7 +5,10 @@ says running but its process is gone (killed, crashed) or says failed; *stalled*
 process lives but its heartbeat is older than ``STREAMSHIFT_STREAM_STALL_SECONDS``. Either
 is restarted as a detached ``spark-submit streaming/run.py``; it resumes from its checkpoint,
 so nothing is lost or applied twice. A healthy job is left alone. Restarts are counted in
-``STREAMSHIFT_HOME/status/<flow>-<layer>.restarts.json``.
+``STREAMSHIFT_HOME/status/<flow>-<layer>.restarts``. A job an operator stopped stays stopped
+until they start it; a job restarted ``CRASH_RESTARTS`` times within ``CRASH_WINDOW`` is
+crash-looping: it is restarted with a growing back-off and shows as ``failing`` in
+``streamshift status`` and on the Migration page.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from streamshift.core.heartbeat import heartbeat_path, query_name, read_heartbeat
+from streamshift.core import heartbeat
+from streamshift.core.heartbeat import query_name, read_heartbeat
 from streamshift.core.processes import pid_alive
 from streamshift.core.registry import flow_names
 from streamshift.core.settings import REPO_ROOT, Settings
@@ -29,32 +33,52 @@ STREAMING_STAGES = ("shadow", "stream", "kappa")
 LAYER = "stream"
 
 
+# A job restarted this many times within CRASH_WINDOW is crash-looping: the next restart
+# waits BACKOFF, doubled for each further restart, up to MAX_BACKOFF.
+CRASH_RESTARTS = 3
+CRASH_WINDOW = dt.timedelta(minutes=30)
+BACKOFF = dt.timedelta(minutes=5)
+MAX_BACKOFF = dt.timedelta(hours=2)
+
+
 def restarts_path(settings: Settings, flow: str, layer: str = LAYER) -> Path:
-    return heartbeat_path(settings.home, flow, layer).with_suffix(".restarts.json")
+    return heartbeat.restarts_path(settings.home, flow, layer)
 
 
 def read_restarts(settings: Settings, flow: str, layer: str = LAYER) -> dict[str, Any]:
-    try:
-        data: dict[str, Any] = json.loads(restarts_path(settings, flow, layer).read_text())
-    except (OSError, json.JSONDecodeError):
-        return {"restarts": 0}
-    return data
+    return heartbeat.read_restarts(settings.home, flow, layer)
 
 
 def health(beat: dict[str, Any], stall_seconds: int, now: dt.datetime) -> tuple[str, str]:
-    """('healthy' | 'dead' | 'stalled' | 'never_started', why) for a heartbeat (pure)."""
+    """('healthy' | 'dead' | 'stalled' | 'stopped' | 'never_started', why) for a heartbeat.
+
+    The process is the heartbeat's pid *and* start time: after the job died, its pid may name
+    another process. ``stopped`` is an operator's stop, honoured until they start it again."""
     if not beat:
         return "never_started", "no heartbeat: the job never ran here"
     pid = beat.get("pid")
-    alive = isinstance(pid, int) and pid_alive(pid)
+    alive = heartbeat.process_of(beat)
     state = beat.get("state")
-    if state in ("failed", "stopped") or not alive:
+    if state == "stopped":
+        return "stopped", f"stopped at {beat.get('stopped_at') or beat.get('last_seen')}"
+    if state == "failed" or not alive:
         return "dead", f"state {state}, process {pid} {'alive' if alive else 'gone'}"
     seen = dt.datetime.fromisoformat(beat.get("last_seen") or beat["started_at"])
     age = (now - seen).total_seconds()
     if age > stall_seconds:
         return "stalled", f"no heartbeat for {age:.0f}s (limit {stall_seconds}s)"
     return "healthy", f"heartbeat {age:.0f}s ago, lag {beat.get('lag')}"
+
+
+def backoff_until(restarted_at: list[str], now: dt.datetime) -> dt.datetime | None:
+    """When a crash-looping job may be restarted next (None: it is not crash-looping)."""
+    recent = sorted(
+        t for t in map(dt.datetime.fromisoformat, restarted_at) if now - t <= CRASH_WINDOW
+    )
+    if len(recent) < CRASH_RESTARTS:
+        return None
+    wait = min(MAX_BACKOFF, BACKOFF * 2 ** (len(recent) - CRASH_RESTARTS))
+    return recent[-1] + wait
 
 
 def start_stream(settings: Settings, flow: str, topic: str | None) -> int:
@@ -122,24 +146,45 @@ def supervise(settings: Settings, stages: dict[str, str] | None = None) -> list[
             continue
         beat = read_heartbeat(settings.home, flow, LAYER)
         state, why = health(beat, settings.stream_stall_seconds, now)
-        if state == "healthy":
+        counts = read_restarts(settings, flow)
+        if state in ("healthy", "stopped"):
+            line = f"{name}: {state} ({why})" + (
+                "; left stopped until an operator starts it" if state == "stopped" else ""
+            )
+            if state == "healthy" and counts.get("failing"):
+                _write_restarts(settings, flow, {**counts, "failing": None})
+            actions.append({"flow": flow, "action": "none", "state": state, "line": line})
+            continue
+        history = [t for t in counts.get("restarted_at", []) if isinstance(t, str)]
+        until = backoff_until(history, now)
+        if until is not None and now < until:
+            failing = (
+                f"restarted {len(history)} times, crash-looping ({state}: {why}); next try "
+                f"after {until.isoformat(timespec='seconds')}"
+            )
+            _write_restarts(settings, flow, {**counts, "failing": failing})
             actions.append(
-                {"flow": flow, "action": "none", "state": state, "line": f"{name}: healthy ({why})"}
+                {
+                    "flow": flow,
+                    "action": "backing_off",
+                    "state": "failing",
+                    "line": f"{name}: failing: {failing}",
+                }
             )
             continue
         if state == "stalled":
             _stop(int(beat["pid"]))
         pid = start_stream(settings, flow, beat.get("topic"))
-        counts = read_restarts(settings, flow)
+        history = [t for t in history if now - dt.datetime.fromisoformat(t) <= CRASH_WINDOW]
         counts = {
             "restarts": int(counts.get("restarts", 0)) + 1,
             "last_at": now.isoformat(),
             "last_reason": f"{state}: {why}",
             "pid": pid,
+            "restarted_at": [*history, now.isoformat()],
+            "failing": counts.get("failing"),
         }
-        path = restarts_path(settings, flow)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(counts))
+        _write_restarts(settings, flow, counts)
         actions.append(
             {
                 "flow": flow,
@@ -152,3 +197,11 @@ def supervise(settings: Settings, stages: dict[str, str] | None = None) -> list[
             }
         )
     return actions
+
+
+def _write_restarts(settings: Settings, flow: str, counts: dict[str, Any]) -> None:
+    path = restarts_path(settings, flow)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(counts))
+    tmp.replace(path)

@@ -137,6 +137,53 @@ def reconcile_arguments(settings: Settings, flow: str, business_date: str, stage
     return ["--flow", flow, "--date", business_date, *against, *parity]
 
 
+class ForceRefused(StreamshiftError):
+    """A forced promotion by a user without the admin role."""
+
+    final = True
+
+
+ADMIN_ROLE = "admin"
+
+
+def user_role(user: str) -> str | None:
+    """The Airflow auth manager's role of ``user`` (None: unknown user, or an auth manager
+    whose roles are not readable from its configuration)."""
+    from airflow.configuration import conf
+
+    if not conf.get("core", "auth_manager", fallback="").endswith("SimpleAuthManager"):
+        return None
+    if conf.getboolean("core", "simple_auth_manager_all_admins", fallback=False):
+        return ADMIN_ROLE
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+
+    roles = {u.username: u.role for u in SimpleAuthManager.get_users()}
+    role = roles.get(user)
+    return str(role).lower() if role else None
+
+
+def check_may_force(user: str, force: bool) -> None:
+    """Forcing past the promotion gate needs the admin role; raises :class:`ForceRefused`."""
+    if not force:
+        return
+    role = user_role(user)
+    if role != ADMIN_ROLE:
+        raise ForceRefused(
+            f"{user} (role {role or 'unknown'}) may not force a promotion past the gate: that "
+            "needs the admin role. Ask an admin, or promote without force once the evidence is "
+            "clean"
+        )
+
+
+def file_waiting_for(settings: Settings, inputs: dict[str, Any]) -> str:
+    """What the resolved file still lacks to be complete ('' when complete); pure Python."""
+    from streamshift.core.registry import get_flow
+    from streamshift.sources.eodfile import waiting_for
+
+    flow = get_flow(inputs["flow"])
+    return waiting_for(Path(inputs["file"]), flow, settings.file_stable_seconds)
+
+
 def check_raw_file(settings: Settings, inputs: dict[str, Any]) -> dict[str, Any]:
     """The file-level checks (pure Python): header, delimiter, truncation; no Spark."""
     from streamshift.core.registry import get_flow

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import csv
 import io
+import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from streamshift.core.errors import StreamshiftError
-from streamshift.core.flow import Flow
+from streamshift.core.flow import Completeness, Flow
 
 _DELIMITERS = {";": "semicolon", "\t": "tab", "|": "pipe"}
 
@@ -31,10 +35,26 @@ class BadFileError(StreamshiftError, ValueError):
         self.path, self.line, self.problem = str(path), line, problem
 
 
+class IncompleteFileError(BadFileError):
+    """The file is not complete yet (no marker, no trailer, still growing): wait and retry."""
+
+    final = False
+
+
+@dataclass(frozen=True)
+class Trailer:
+    """A file's trailer line: where it is, and the control totals it carries."""
+
+    line: int
+    rows: int
+    total: Decimal | None
+
+
 @dataclass(frozen=True)
 class FileLayout:
     header: list[str]
-    data_lines: int  # lines after the header, blank ones included
+    data_lines: int  # lines after the header, blank ones (and a trailer) included
+    trailer: Trailer | None = None
 
 
 def _count_lines(path: Path) -> tuple[int, bytes]:
@@ -77,6 +97,9 @@ def check_file(path: Path, flow: Flow, *, whole_day: bool) -> FileLayout:
             path, 1, f"missing columns {', '.join(missing)}; the header has {', '.join(header)}"
         )
     n_lines, unterminated_tail = _count_lines(path)
+    trailer = _trailer(path, flow.completeness, n_lines) if flow.completeness.trailer else None
+    if trailer is not None:
+        unterminated_tail = b""  # the trailer is the last line, ended or not
     if unterminated_tail and n_lines > 1:
         fields = next(csv.reader(io.StringIO(unterminated_tail.decode("utf-8", "replace"))), [])
         if len(fields) < len(header):
@@ -86,6 +109,90 @@ def check_file(path: Path, flow: Flow, *, whole_day: bool) -> FileLayout:
                 f"truncated last line ({len(fields)} of {len(header)} fields and "
                 "no line end): the file looks cut off; fetch it again",
             )
-    if n_lines <= 1 and whole_day:
+    data_rows = n_lines - 1 - (trailer is not None)
+    if data_rows <= 0 and whole_day:
         raise BadFileError(path, None, "no data rows; a replacement file must hold the whole day")
-    return FileLayout(header=header, data_lines=n_lines - 1)
+    return FileLayout(header=header, data_lines=n_lines - 1, trailer=trailer)
+
+
+def _last_line(path: Path) -> str:
+    with open(path, "rb") as handle:
+        handle.seek(max(0, path.stat().st_size - 65536))
+        lines = [b for b in handle.read().splitlines() if b.strip()]
+    return lines[-1].decode("utf-8", "replace") if lines else ""
+
+
+def _trailer(path: Path, completeness: Completeness, n_lines: int) -> Trailer:
+    """The trailer line the flow declares, or :class:`IncompleteFileError`."""
+    tag = completeness.trailer
+    expected = f"{tag},<rows>" + (",<sum>" if completeness.trailer_sum else "")
+    fields = [f.strip() for f in next(csv.reader([_last_line(path)]), [])]
+    if not fields or fields[0] != tag:
+        raise IncompleteFileError(
+            path,
+            None,
+            f"no trailer line ({expected}) at the end: the file is incomplete, perhaps still "
+            "being copied; wait for the copy to finish",
+        )
+    try:
+        rows = int(fields[1])
+        total = Decimal(fields[2]) if completeness.trailer_sum else None
+    except (IndexError, ValueError, InvalidOperation):
+        raise BadFileError(
+            path, n_lines, f"unreadable trailer {','.join(fields)!r}; expected {expected}"
+        ) from None
+    return Trailer(line=n_lines, rows=rows, total=total)
+
+
+def waiting_for(path: Path, flow: Flow, stable_seconds: float, now: float | None = None) -> str:
+    """What the file still lacks to count as complete ('' when complete): the flow's marker,
+    its trailer, or — declaring neither — a size that stayed the same ``stable_seconds``."""
+    if not path.exists():
+        return f"{path} to arrive"
+    completeness = flow.completeness
+    if completeness.marker:
+        markers = [path.with_name(path.name + ".done"), path.parent / "_SUCCESS"]
+        if not any(m.exists() for m in markers):
+            return f"its done-marker ({markers[0].name} beside it, or _SUCCESS in its folder)"
+        return ""
+    if completeness.trailer:
+        if path.stat().st_size == 0:
+            return f"its trailer line ({completeness.trailer},<rows>...)"
+        try:
+            _trailer(path, completeness, 0)
+        except IncompleteFileError:
+            return f"its trailer line ({completeness.trailer},<rows>...)"
+        except BadFileError:
+            return ""  # there, but unreadable: the file check says so
+        return ""
+    age = (time.time() if now is None else now) - path.stat().st_mtime
+    if age < stable_seconds:
+        return f"its size to stay the same for {stable_seconds:g}s (last change {age:.1f}s ago)"
+    return ""
+
+
+def wait_until_complete(
+    path: Path,
+    flow: Flow,
+    stable_seconds: float,
+    progress: Callable[[str], None] = lambda _: None,
+) -> None:
+    """Wait (at most one stability window) for a file that may still be growing; raise
+    :class:`IncompleteFileError` naming what is missing when it is not complete.
+
+    A missing marker or trailer is refused at once (the producer has not said the file is
+    whole); a file changed within the last ``stable_seconds`` is watched that long."""
+    missing = waiting_for(path, flow, stable_seconds)
+    if missing and not flow.completeness.marker and not flow.completeness.trailer:
+        before = os.stat(path)
+        progress(f"waiting {stable_seconds:g}s for {path.name} to stop changing")
+        time.sleep(max(0.0, stable_seconds - (time.time() - before.st_mtime)))
+        after = os.stat(path)
+        changed = (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns)
+        missing = "" if not changed else f"its size to stop changing ({after.st_size} bytes now)"
+    if missing:
+        raise IncompleteFileError(
+            path,
+            None,
+            f"incomplete: waiting for {missing}. Run again once the file is complete",
+        )

@@ -11,14 +11,16 @@ flagged ``quoted_line_break`` (an odd number of quotes on the line), with its ow
 from __future__ import annotations
 
 import os
+from decimal import Decimal
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import DecimalType
 
 from streamshift.core.contract import MALFORMED, RAW, SOURCE_REF
 from streamshift.core.flow import Flow
-from streamshift.sources.eodfile import FileLayout
+from streamshift.sources.eodfile import BadFileError, FileLayout
 
 FIELD_COUNT_RULE = "field_count"
 QUOTED_LINE_BREAK_RULE = "quoted_line_break"
@@ -64,7 +66,10 @@ def read_eod_file(spark: SparkSession, path: Path, flow: Flow, layout: FileLayou
     n_fields = F.when(F.instr(value, '"') == 0, commas + 1).otherwise(
         F.size(F.split(value, _FIELD_SEPARATOR, -1))
     )
-    rows = lines.where((F.col("line") > 1) & (F.length(F.trim("value")) > 0)).select(
+    data = (F.col("line") > 1) & (F.length(F.trim("value")) > 0)
+    if layout.trailer is not None:
+        data = data & (F.col("line") != F.lit(layout.trailer.line))
+    rows = lines.where(data).select(
         F.col("value").alias(RAW),
         F.concat(F.lit(f"{os.fspath(path)}:"), F.col("line").cast("string")).alias(SOURCE_REF),
         F.from_csv("value", ddl, CSV_OPTIONS).alias("r"),
@@ -84,3 +89,30 @@ def read_eod_file(spark: SparkSession, path: Path, flow: Flow, layout: FileLayou
         .when(wrong_count, F.lit(FIELD_COUNT_RULE))
         .alias(MALFORMED),
     )
+
+
+def check_control_totals(rows: DataFrame, flow: Flow, layout: FileLayout, path: Path) -> None:
+    """The trailer's row count (and sum) against the rows read; raises :class:`BadFileError`
+    before anything is written when they differ (an incomplete or altered file)."""
+    trailer = layout.trailer
+    if trailer is None:
+        return
+    column = flow.completeness.trailer_sum
+    totals = [F.count(F.lit(1)).alias("rows")]
+    if column:
+        value = F.trim(F.col(column)).try_cast(DecimalType(38, 10))
+        totals.append(F.coalesce(F.sum(value), F.lit(0)).alias("total"))
+    found = rows.agg(*totals).first()
+    assert found is not None
+    problems = []
+    if found["rows"] != trailer.rows:
+        problems.append(f"{trailer.rows} rows, the file holds {found['rows']}")
+    if column and trailer.total is not None and Decimal(found["total"]) != trailer.total:
+        problems.append(f"a {column} sum of {trailer.total}, the rows add up to {found['total']}")
+    if problems:
+        raise BadFileError(
+            path,
+            trailer.line,
+            f"control totals differ: the trailer says {' and '.join(problems)}; the file is "
+            "incomplete or altered, fetch it again",
+        )
