@@ -24,9 +24,10 @@ from flows.trades import FLOW
 from streamshift.core.catalog import LayerTables
 from streamshift.jobs.eod import run_eod
 from streamshift.jobs.reconcile import eod_correct
+from streamshift.read.tables import rows
 from streamshift.write.apply import apply_changes
 from streamshift.write.commits import SimulatedKill, commits_so_far, kill_after
-from streamshift.write.target import Target, read
+from streamshift.write.target import Target
 from tests.cli_support import CLI, LOCAL_SPARK, cli_env, run_cli
 from tests.trades_data import frame, trade
 
@@ -101,25 +102,32 @@ class Oracle:
         }
 
 
-def _state(spark, t: Target) -> dict[str, object]:  # type: ignore[no-untyped-def]
-    current = read(spark, t.tables.current).collect()
-    assert len({r.trade_id for r in current}) == len(current), "a key has two current rows"
+def _state(t: Target) -> dict[str, object]:
+    """Every table the jobs write, read without Spark (deltalake)."""
+    tables = t.tables
+    current = rows(tables.current)
+    assert len({r["trade_id"] for r in current}) == len(current), "a key has two current rows"
     return {
-        "current": {r.trade_id: (r.version, r.is_deleted) for r in current},
-        "history": sorted((r.trade_id, r.version) for r in read(spark, t.tables.history).collect()),
+        "current": {r["trade_id"]: (r["version"], r["is_deleted"]) for r in current},
+        "history": sorted((r["trade_id"], r["version"]) for r in rows(tables.history)),
         "positions": {
-            (r.business_date, r.book, r.instrument): (r.net_quantity, r.trade_count)
-            for r in read(spark, t.tables.view("positions")).collect()
+            (r["business_date"], r["book"], r["instrument"]): (r["net_quantity"], r["trade_count"])
+            for r in rows(tables.view("positions"))
         },
-        "quarantine": [r.source_ref for r in read(spark, t.tables.quarantine).collect()],
-        "late_events": [(r.key, r.version) for r in read(spark, t.tables.late_events).collect()],
+        "quarantine": [r["source_ref"] for r in rows(tables.quarantine)],
+        "late_events": [(r["key"], r["version"]) for r in rows(tables.late_events)],
     }
 
 
-def _target(spark, root: Path, layer: str) -> Target:  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module")
+def reference(spark):  # type: ignore[no-untyped-def]
     from streamshift.write.target import load_reference
 
-    return Target(spark, FLOW, LayerTables(root, FLOW, layer), load_reference(spark, FLOW))
+    return load_reference(spark, FLOW)
+
+
+def _target(spark, root: Path, layer: str, reference) -> Target:  # type: ignore[no-untyped-def]
+    return Target(spark, FLOW, LayerTables(root, FLOW, layer), reference)
 
 
 def _scenario(tmp: Path, job: str) -> tuple[list[Row], Path, Oracle]:
@@ -165,7 +173,7 @@ def _runner(spark, job: str, file: Path) -> Callable[[Target], object]:  # type:
 
 @pytest.mark.parametrize("job", ["eod --replace", "eod", "reconcile --correct"])
 def test_a_job_killed_after_any_commit_and_run_again_ends_as_one_clean_run(
-    spark, tmp_path, job
+    spark, reference, tmp_path, job
 ) -> None:  # type: ignore[no-untyped-def]
     layer = "stream" if job == "reconcile --correct" else "batch"
     before, file, oracle = _scenario(tmp_path, job)
@@ -174,17 +182,17 @@ def test_a_job_killed_after_any_commit_and_run_again_ends_as_one_clean_run(
         trade(*r[:2], event=r[2], book=r[5], instrument=r[6], side=r[7], quantity=r[8])
         for r in before
     ]
-    apply_changes(FLOW, frame(spark, pre), "kafka", _target(spark, base, layer))
+    apply_changes(FLOW, frame(spark, pre), "kafka", _target(spark, base, layer, reference))
     run = _runner(spark, job, file)
 
     clean = tmp_path / "clean"
     shutil.copytree(base, clean)
     kill_after(None)
     commits_before = commits_so_far()
-    run(_target(spark, clean, layer))
+    run(_target(spark, clean, layer, reference))
     commits = commits_so_far() - commits_before
     expected = oracle.state()
-    assert _state(spark, _target(spark, clean, layer)) == expected
+    assert _state(_target(spark, clean, layer, reference)) == expected
     assert commits >= 4
 
     for k in range(1, commits + 1):
@@ -193,11 +201,13 @@ def test_a_job_killed_after_any_commit_and_run_again_ends_as_one_clean_run(
         kill_after(k)
         try:
             with pytest.raises(SimulatedKill):
-                run(_target(spark, root, layer))
+                run(_target(spark, root, layer, reference))
         finally:
             kill_after(None)
-        run(_target(spark, root, layer))  # the re-run, as an Airflow retry makes it
-        assert _state(spark, _target(spark, root, layer)) == expected, f"killed after commit {k}"
+        run(_target(spark, root, layer, reference))  # the re-run, as an Airflow retry makes it
+        assert _state(_target(spark, root, layer, reference)) == expected, (
+            f"killed after commit {k}"
+        )
         shutil.rmtree(root)
 
 
@@ -217,23 +227,11 @@ def test_eod_replace_killed_by_sigkill_at_a_random_moment_repairs_on_rerun(tmp_p
     for line in process.stderr:
         if "applying changes" in line:
             break
-    time.sleep(rnd.uniform(0.0, 4.0))
+    pause = rnd.uniform(0.0, 4.0)
+    time.sleep(pause)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=60)
     again = run_cli(home, *replace[len(CLI) :], env=env)
     assert again.returncode == 0, again.stderr
-    from streamshift.read.tables import rows
-
-    warehouse = home / "warehouse"
-    tables = LayerTables(warehouse, FLOW, "batch")
-    current = rows(tables.current)
-    assert {r["trade_id"]: (r["version"], r["is_deleted"]) for r in current} == oracle.state()[
-        "current"
-    ]
-    positions = {
-        (r["business_date"], r["book"], r["instrument"]): (r["net_quantity"], r["trade_count"])
-        for r in rows(tables.view("positions"))
-    }
-    assert positions == oracle.state()["positions"]
-    history = sorted((r["trade_id"], r["version"]) for r in rows(tables.history))
-    assert history == oracle.state()["history"]
+    tables = LayerTables(home / "warehouse", FLOW, "batch")
+    assert _state(Target(None, FLOW, tables)) == oracle.state(), f"killed after {pause:.2f}s"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
@@ -407,3 +408,88 @@ def test_a_large_batch_counts_what_a_small_one_counts_and_writes_the_same(  # ty
         3,
         {"positions": 3},
     )
+
+
+@pytest.mark.parametrize("second_batch", [False, True], ids=["new day", "later batch"])
+def test_no_view_update_is_lost_when_a_writer_applies_between_anothers_read_and_merge(  # type: ignore[no-untyped-def]
+    spark, target, monkeypatch, second_batch
+) -> None:
+    """Forced interleaving: writer B's whole apply runs after writer A computed its view
+    groups and before A's view MERGE. The view must still equal a recompute of current state
+    (A's groups computed before B committed are computed again)."""
+    from streamshift.write import apply as apply_module
+
+    if second_batch:  # the group already holds a trade, so A's views come from the table
+        apply_changes(FLOW, frame(spark, [trade("z", 1, quantity=1)]), "test", target)
+    original, interleaved = apply_module._merge_view, []
+
+    def b_between_read_and_merge(*args):  # type: ignore[no-untyped-def]
+        if not interleaved:
+            interleaved.append(True)
+            apply_changes(FLOW, frame(spark, [trade("b", 1, quantity=30)]), "writer-b", target)
+        return original(*args)
+
+    monkeypatch.setattr(apply_module, "_merge_view", b_between_read_and_merge)
+    apply_changes(FLOW, frame(spark, [trade("a", 1, quantity=100)]), "writer-a", target)
+    assert interleaved
+    live = [r for r in read(spark, target.tables.current).collect() if not r.is_deleted]
+    recomputed = {(D2, FLOWB, "AAPL"): (sum(r.quantity for r in live), len(live))}
+    assert recomputed == {(D2, FLOWB, "AAPL"): (131 if second_batch else 130, len(live))}
+    assert positions(spark, target) == recomputed
+
+
+def test_a_conflicting_version_is_quarantined_and_the_first_received_stays(spark, target) -> None:  # type: ignore[no-untyped-def]
+    """The same key and version with other content: the first delivery (lowest line of a file,
+    lowest offset of a partition, as numbers: line 9 before line 10) stays; the others go to
+    quarantine under version_conflict. An identical re-delivery is no conflict."""
+    rows = [trade(f"f{i}", 1, ref=f"day.csv:{i + 2}") for i in range(7)]  # lines 2-8
+    rows += [
+        trade("k", 1, quantity=100, ref="day.csv:9"),
+        trade("k", 1, quantity=999, ref="day.csv:10"),
+        trade("k", 1, quantity=100, ref="day.csv:11"),  # the same as the first: a duplicate
+        trade("s", 1, quantity=5, ref="trades:0:10"),
+        trade("s", 1, quantity=6, ref="trades:0:9"),
+    ]
+    result = apply_changes(FLOW, frame(spark, rows), "test", target)
+    assert result.rejected_by_rule == {"version_conflict": 2}
+    assert quarantine(spark, target) == [
+        ("day.csv:10", "version_conflict"),
+        ("trades:0:10", "version_conflict"),
+    ]
+    state = current(spark, target)
+    assert (state["k"][3], state["s"][3]) == (100, 6)
+    assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (7 * 100 + 100 + 6, 9)}
+
+
+def test_a_real_version_outranks_a_replacements_synthetic_cancel_of_the_same_number(  # type: ignore[no-untyped-def]
+    spark, target, tmp_path
+) -> None:
+    import csv
+    import datetime as dt
+
+    from streamshift.jobs.eod import run_eod
+
+    def day_file(name: str, rows: list[tuple]) -> Path:  # type: ignore[type-arg]
+        path = tmp_path / name
+        with open(path, "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(FLOW.columns)
+            writer.writerows(r[: len(FLOW.columns)] for r in rows)
+        return path
+
+    day = dt.date.fromisoformat(D2)
+    run_eod(spark, target, day, day_file("day.csv", [trade("x", 1), trade("y", 1)]))
+    # the replacement lacks x: x is cancelled as its version 2, a synthetic cancel
+    replaced = run_eod(spark, target, day, day_file("whole.csv", [trade("y", 1)]), replace=True)
+    assert replaced.cancelled == 1 and current(spark, target)["x"][0] == 2
+    assert current(spark, target)["x"][4] is True
+    # then the desk's own version 2 of x arrives: a real event wins over the synthetic one
+    amend = trade("x", 2, event="AMEND", quantity=40, ref="trades:0:7")
+    result = apply_changes(FLOW, frame(spark, [amend]), "kafka", target)
+    assert (result.applied, result.rejected) == (1, 0)
+    assert current(spark, target)["x"] == (2, D2, FLOWB, 40, False)
+    sources = sorted(
+        (r.trade_id, r.version, r._source) for r in read(spark, target.tables.history).collect()
+    )
+    assert sources == [("x", 1, "eod"), ("x", 2, "kafka"), ("x", 2, "replacement"), ("y", 1, "eod")]
+    assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (140, 2)}

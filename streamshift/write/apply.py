@@ -44,6 +44,7 @@ from streamshift.write.target import Target, delta_log_version, read, when_small
 from streamshift.write.transforms import (
     FIRST_VERSION,
     LATEST_VERSION,
+    REPLACEMENT_SOURCE,
     changed_groups,
     checked_changes,
     ranked_versions,
@@ -120,6 +121,11 @@ class ApplyResult:
 def _isin(column: str, values: Sequence[object]) -> Column:
     """``column`` is one of ``values``, as literals Spark binds (no SQL text from data)."""
     return F.col(column).isin(list(values)) if values else F.lit(False)
+
+
+def _synthetic(alias: str) -> Column:
+    """Whether a row of ``alias`` is a replacement's synthetic cancel."""
+    return F.coalesce(F.col(f"{alias}.{SOURCE}") == F.lit(REPLACEMENT_SOURCE), F.lit(False))
 
 
 def _same(columns: Sequence[str]) -> Column:
@@ -389,8 +395,12 @@ def _apply_accepted(
         version_before, dates_were_empty = -1, False
         if small:
             known = steps.run("touched", _history_of, spark, flow, tables, keys, group_columns)
-            stored = {(r[key], r[version]) for r in known}
-            new = [r for r in incoming if (r[key], r[version]) not in stored]
+            stored = {(r[key], r[version], r[SOURCE] == REPLACEMENT_SOURCE) for r in known}
+            new = [
+                r
+                for r in incoming
+                if (r[key], r[version], r[SOURCE] == REPLACEMENT_SOURCE) not in stored
+            ]
             if new:
                 steps.submit("history", _insert_history, spark, flow, versions, tables, new)
             touched = {tuple(r[c] for c in group_columns) for r in [*known, *incoming]}
@@ -469,22 +479,31 @@ def _apply_accepted(
                 result.touched_groups[view.name] = len(groups_rows)
             steps.wait(*(f"view {v.name}" for v in flow.views))
 
-        stored = read(spark, tables.current).where(_isin(bd, touched_dates))
+        def from_table() -> int:
+            """Recompute the groups from current state at its latest version; that version."""
+            version = delta_log_version(spark, tables.current)
+            stored = read(spark, tables.current, version).where(_isin(bd, touched_dates))
+            recompute_views(stored)
+            return version
+
         if inserted_only and only_this_commit():
             # Every key went into dates that held nothing, and no other writer has committed
             # to current state since they were seen empty: those dates' current state is the
             # batch's latest rows, which the apply holds in memory, so the views are recomputed
             # from them rather than read back from the files just written (bench/eod_load.py).
             recompute_views(latest)
-            result.views_from = "batch"
-            if not only_this_commit():
-                # Another writer committed meanwhile (its own views may have gone in before
-                # these): recompute the groups once more from the table.
-                recompute_views(stored)
-                result.views_from = "batch, then table"
+            basis, result.views_from = seen_empty_at + 1, "batch"  # type: ignore[operator]
         else:
-            recompute_views(stored)
-            result.views_from = "table"
+            basis, result.views_from = from_table(), "table"
+        # The view MERGEs wrote values computed from current state at version ``basis``. Had
+        # another writer committed to current state since, its own view MERGE may have gone in
+        # before these and been overwritten with older values: recompute from the table until
+        # no commit came in between (the last writer to MERGE a group computed it from the
+        # latest current state, so no update is lost).
+        while delta_log_version(spark, tables.current) != basis:
+            basis = from_table()
+            if result.views_from == "batch":
+                result.views_from = "batch, then table"
         result.views_committed_at = time.time()
     finally:
         steps.settle()  # the side steps read the persisted frame too
@@ -564,7 +583,7 @@ def _merge_history(
     it. The MERGE reads the files it could match, so Delta refuses the second commit and the
     apply runs again.
     """
-    on = _same([flow.key, flow.version]) & narrowed
+    on = _same([flow.key, flow.version]) & _synthetic("t").eqNullSafe(_synthetic("s")) & narrowed
     merge_into(spark, tables.history, versions, on, insert="*")
 
 
@@ -599,7 +618,7 @@ def _history_of(
     return (
         read(spark, tables.history)
         .where(F.col(flow.key).isin(keys))
-        .select(flow.key, flow.version, *group_columns)
+        .select(flow.key, flow.version, SOURCE, *group_columns)
         .collect()
     )
 
@@ -649,7 +668,10 @@ def _merge_current(
     insert-only one stays committed should the full one then meet a conflict). Returns whether
     the insert-only MERGE inserted every key.
     """
-    version = F.col(f"s.{flow.version}") > F.col(f"t.{flow.version}")
+    higher = F.col(f"s.{flow.version}") > F.col(f"t.{flow.version}")
+    same = F.col(f"s.{flow.version}") == F.col(f"t.{flow.version}")
+    # A replacement's synthetic cancel ranks below a real event of the same version number.
+    version = higher | (same & _synthetic("t") & ~_synthetic("s"))
     on = _same([flow.key]) & date_filter & key_filter
 
     def committed(counts: dict[str, int]) -> int:

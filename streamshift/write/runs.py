@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from streamshift.core.catalog import RUN_JOURNAL_SCHEMA, ControlTables
 from streamshift.read.tables import rows
 from streamshift.write.commits import append
-from streamshift.write.target import Target, delta_log_version, ensure_table
+from streamshift.write.target import Target, delta_log_version, ensure_table, read
 
 STARTED, DONE = "started", "done"
 
@@ -56,12 +56,7 @@ class PinnedRun:
 
     def current(self, target: Target) -> DataFrame:
         """Current state as the run's first attempt saw it."""
-        spark = target.spark
-        return (
-            spark.read.format("delta")
-            .option("versionAsOf", self.version)
-            .load(target.tables.current)
-        )
+        return read(target.spark, target.tables.current, self.version)
 
 
 def begin(spark: SparkSession, target: Target, job: str, key: str) -> PinnedRun:

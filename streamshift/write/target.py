@@ -36,8 +36,12 @@ if TYPE_CHECKING:
 
 
 # ---- Delta helpers ------------------------------------------------------------------------
-def read(spark: SparkSession, path: str) -> DataFrame:
-    return spark.read.format("delta").load(path)
+def read(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:
+    """The Delta table at ``path``: its latest version, or ``version`` (time travel)."""
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    return reader.load(path)
 
 
 def _hadoop_fs(spark: SparkSession, path: str):  # type: ignore[no-untyped-def]

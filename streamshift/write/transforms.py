@@ -91,10 +91,29 @@ def checked_changes(flow: Flow, raw: DataFrame, reference: Reference) -> DataFra
     )
 
 
-def _newest_first(flow: Flow) -> tuple[Column, Column]:
-    """A key's versions, highest first; one version delivered twice, lowest source reference
-    first (deterministic). The one order of :func:`latest_per_key` and :func:`ranked_versions`."""
-    return F.col(flow.version).desc(), F.col(SOURCE_REF)
+VERSION_CONFLICT_RULE = "version_conflict"
+
+
+def receipt_order() -> tuple[Column, Column, Column]:
+    """The order deliveries were received in: by source (the file, or topic and partition),
+    then its line or offset as a number (line 9 before line 10), then the reference itself."""
+    number = F.regexp_extract(F.col(SOURCE_REF), r":([0-9]+)$", 1)
+    return (
+        F.regexp_replace(F.col(SOURCE_REF), r":[0-9]+$", ""),
+        F.when(number != "", number.cast("long")),
+        F.col(SOURCE_REF),
+    )
+
+
+def _newest_first(flow: Flow) -> tuple[Column, ...]:
+    """A key's versions, highest first; one version delivered twice, first received first
+    (deterministic). The one order of :func:`latest_per_key` and :func:`ranked_versions`."""
+    return (F.col(flow.version).desc(), *receipt_order())
+
+
+def content_hash(flow: Flow) -> Column:
+    """A version's content: its parsed columns (where it came from excluded)."""
+    return F.xxhash64(*[F.col(c) for c in flow.columns])
 
 
 def latest_per_key(flow: Flow, df: DataFrame) -> DataFrame:
@@ -105,7 +124,7 @@ def latest_per_key(flow: Flow, df: DataFrame) -> DataFrame:
 
 def distinct_versions(flow: Flow, df: DataFrame) -> DataFrame:
     """One row per (key, version): duplicates delivered twice in one batch count once."""
-    order = Window.partitionBy(flow.key, flow.version).orderBy(F.col(SOURCE_REF))
+    order = Window.partitionBy(flow.key, flow.version).orderBy(*receipt_order())
     return df.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
 
 
@@ -121,16 +140,26 @@ def ranked_versions(flow: Flow, checked: DataFrame) -> DataFrame:
       source reference) of its (key, version);
     * ``_latest_version``: the row ``latest_per_key`` keeps, the key's highest version.
 
-    Rejected rows (a failed rule) get neither.
+    Rejected rows (a failed rule) get neither. A later delivery of a (key, version) whose
+    content differs from the first one's is rejected under ``version_conflict``: the first
+    stays, the conflict shows in quarantine instead of being dropped silently.
     """
     accepted = F.size(FAILED) == 0
     order = Window.partitionBy(accepted, F.col(flow.key)).orderBy(*_newest_first(flow))
+    same_version = Window.partitionBy(accepted, F.col(flow.key), F.col(flow.version)).orderBy(
+        *receipt_order()
+    )
     first_of_key = F.row_number().over(order) == 1
     repeated = F.lag(flow.version).over(order).eqNullSafe(F.col(flow.version))
+    content = content_hash(flow)
+    conflict = accepted & (F.first(content).over(same_version) != content)
     return checked.withColumns(
         {
             FIRST_VERSION: accepted & (first_of_key | ~repeated),
             LATEST_VERSION: accepted & first_of_key,
+            FAILED: F.when(conflict, F.array(F.lit(VERSION_CONFLICT_RULE))).otherwise(
+                F.col(FAILED)
+            ),
         }
     )
 
