@@ -493,3 +493,31 @@ def test_a_real_version_outranks_a_replacements_synthetic_cancel_of_the_same_num
     )
     assert sources == [("x", 1, "eod"), ("x", 2, "kafka"), ("x", 2, "replacement"), ("y", 1, "eod")]
     assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (140, 2)}
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["small", "large"])
+def test_a_version_history_holds_with_other_content_is_quarantined_not_dropped(  # type: ignore[no-untyped-def]
+    spark, target, monkeypatch, large
+) -> None:
+    """A later batch re-sends a stored (key, version) with other content: the stored version
+    stays, the new delivery shows in quarantine under version_conflict (a file re-sent with a
+    changed row and no new version); an identical re-send and a new key apply as usual."""
+    from streamshift.write import apply as apply_module
+
+    if large:
+        monkeypatch.setattr(apply_module, "PRUNE_KEYS_BELOW", 0)
+    apply_changes(
+        FLOW, frame(spark, [trade("a", 1, quantity=100), trade("b", 1, quantity=5)]), "t", target
+    )
+    again = [
+        trade("a", 1, quantity=999, ref="later.csv:2"),
+        trade("b", 1, quantity=5, ref="later.csv:3"),
+        trade("c", 1, quantity=20, ref="later.csv:4"),
+    ]
+    result = apply_changes(FLOW, frame(spark, again), "t", target)
+    assert result.rejected_by_rule == {"version_conflict": 1}
+    assert (result.accepted, result.rejected) == (2, 1)
+    assert quarantine(spark, target) == [("later.csv:2", "version_conflict")]
+    assert current(spark, target)["a"][3] == 100
+    assert history(spark, target) == [("a", 1), ("b", 1), ("c", 1)]
+    assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (125, 3)}

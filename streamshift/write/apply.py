@@ -45,8 +45,10 @@ from streamshift.write.transforms import (
     FIRST_VERSION,
     LATEST_VERSION,
     REPLACEMENT_SOURCE,
+    VERSION_CONFLICT_RULE,
     changed_groups,
     checked_changes,
+    content_hash,
     ranked_versions,
     recompute_view_groups,
     state_columns,
@@ -58,6 +60,8 @@ from streamshift.write.transforms import (
 PRUNE_KEYS_BELOW = 2_000
 # Views with fewer touched groups than this are MERGEd from rows collected to the driver.
 LOCAL_SOURCE_BELOW = 10_000
+# The content hash of a version, beside it in the batch's and history's collected rows.
+CONTENT = "_content"
 # How often an apply that lost a commit race to another writer is run again.
 COMMIT_ATTEMPTS = 8
 # delta.exceptions' classes for a commit refused because another writer committed first.
@@ -327,6 +331,35 @@ def _quarantine(
     merge_into(spark, tables.quarantine, rows, _same(["flow", "source_ref", "rule"]), insert="*")
 
 
+def _quarantine_conflicts(
+    spark: SparkSession,
+    flow: Flow,
+    checked: DataFrame,
+    conflicts: set[tuple[object, object]],
+    tables: LayerTables,
+) -> None:
+    """Deliveries of versions history holds with other content, to quarantine as
+    ``version_conflict`` (their payload as the typed row in JSON: the batch keeps raw text
+    for rejected rows only)."""
+    key, version = flow.key, flow.version
+    wanted = spark.createDataFrame(sorted(conflicts), checked.select(key, version).schema)
+    rows = checked.where(F.col(FIRST_VERSION)).join(
+        F.broadcast(wanted), [key, version], "left_semi"
+    )
+    rows = rows.select(
+        F.lit(flow.name).alias("flow"),
+        F.col(SOURCE).alias("source"),
+        F.col(SOURCE_REF).alias("source_ref"),
+        F.coalesce(F.col(RAW), F.to_json(F.struct(*flow.columns))).alias("raw_payload"),
+        F.lit(VERSION_CONFLICT_RULE).alias("rule"),
+        F.lit(VERSION_CONFLICT_RULE).alias("rules"),
+        F.col(flow.business_date).cast("date").alias("business_date"),
+        F.lit("").alias("batch_id"),
+        F.current_timestamp().alias("quarantined_at"),
+    )
+    merge_into(spark, tables.quarantine, rows, _same(["flow", "source_ref", "rule"]), insert="*")
+
+
 def _apply_accepted(
     spark: SparkSession,
     flow: Flow,
@@ -361,7 +394,9 @@ def _apply_accepted(
     latest = state_columns(flow, checked.where(F.col(LATEST_VERSION)))
     try:
         if small:
-            incoming = versions.select(key, version, SOURCE, *group_columns).collect()
+            incoming = versions.select(
+                key, version, SOURCE, content_hash(flow).alias(CONTENT), *group_columns
+            ).collect()
             pairs = {(r[key], r[bd]) for r in incoming}
             keys = sorted({k for k, _ in pairs})
             keys_by_date = Counter(d for _, d in pairs)
@@ -380,22 +415,20 @@ def _apply_accepted(
             )
         steps.timer.lap("keys")
 
-        closed = target.closed_dates() - ({closing_date} if closing_date else set())
-        late_dates = [d for d in incoming_dates if d in closed]
-        if late_dates and small:
-            steps.submit("late", _append_late, spark, flow, tables, incoming, late_dates)
-        elif late_dates:
-            steps.submit("late", _record_late, spark, flow, versions, tables, late_dates)
-        if small:
-            result.late = sum(keys_by_date[d] for d in late_dates)
-        elif late_dates:  # the keys of each late date (a key may have versions in several)
-            late_keys = versions.where(_isin(bd, late_dates)).select(key, bd).distinct()
-            result.late = late_keys.count()
-
         version_before, dates_were_empty = -1, False
         if small:
             known = steps.run("touched", _history_of, spark, flow, tables, keys, group_columns)
-            stored = {(r[key], r[version], r[SOURCE] == REPLACEMENT_SOURCE) for r in known}
+            stored = {
+                (r[key], r[version], r[SOURCE] == REPLACEMENT_SOURCE): r[CONTENT] for r in known
+            }
+            conflicts = {
+                (r[key], r[version])
+                for r in incoming
+                if stored.get((r[key], r[version], r[SOURCE] == REPLACEMENT_SOURCE), r[CONTENT])
+                != r[CONTENT]
+            }
+            incoming = [r for r in incoming if (r[key], r[version]) not in conflicts]
+            keys_by_date = Counter(d for _, d in {(r[key], r[bd]) for r in incoming})
             new = [
                 r
                 for r in incoming
@@ -418,7 +451,7 @@ def _apply_accepted(
                 tables,
                 _within(f"t.{key}", key_range),
             )
-            touched = steps.run(
+            touched, conflicts = steps.run(
                 "touched",
                 _touched_groups,
                 spark,
@@ -430,6 +463,33 @@ def _apply_accepted(
                 key_range,
                 dates_were_empty,
             )
+        if conflicts:
+            # Versions history holds with other content: the stored one stays (neither MERGE
+            # applies an equal version); the new delivery goes to quarantine, counted there.
+            steps.wait_if_submitted("quarantine")  # one writer of quarantine at a time
+            steps.run("conflicts", _quarantine_conflicts, spark, flow, checked, conflicts, tables)
+            result.accepted -= len(conflicts)
+            result.rejected += len(conflicts)
+            rule = VERSION_CONFLICT_RULE
+            result.rejected_by_rule[rule] = result.rejected_by_rule.get(rule, 0) + len(conflicts)
+            if not small:
+                wanted = spark.createDataFrame(
+                    sorted(conflicts), versions.select(key, version).schema
+                )
+                versions = versions.join(F.broadcast(wanted), [key, version], "left_anti")
+
+        closed = target.closed_dates() - ({closing_date} if closing_date else set())
+        late_dates = [d for d in incoming_dates if d in closed]
+        if late_dates and small:
+            steps.submit("late", _append_late, spark, flow, tables, incoming, late_dates)
+        elif late_dates:
+            steps.submit("late", _record_late, spark, flow, versions, tables, late_dates)
+        if small:
+            result.late = sum(keys_by_date[d] for d in late_dates)
+        elif late_dates:  # the keys of each late date (a key may have versions in several)
+            late_keys = versions.where(_isin(bd, late_dates)).select(key, bd).distinct()
+            result.late = late_keys.count()
+
         date_at = group_columns.index(bd)
         touched_dates = sorted({g[date_at] for g in touched} | set(incoming_dates))
         date_filter = _isin(f"t.{bd}", touched_dates)
@@ -552,6 +612,10 @@ class _Steps:
         """Run ``fn`` on the caller's thread (the critical path), timed."""
         return self._timed(name, fn, *args)
 
+    def wait_if_submitted(self, name: str) -> None:
+        if name in self._futures:
+            self._futures[name].result()
+
     def wait(self, *names: str) -> None:
         for name in names:
             self._futures[name].result()
@@ -618,7 +682,7 @@ def _history_of(
     return (
         read(spark, tables.history)
         .where(F.col(flow.key).isin(keys))
-        .select(flow.key, flow.version, SOURCE, *group_columns)
+        .select(flow.key, flow.version, SOURCE, content_hash(flow).alias(CONTENT), *group_columns)
         .collect()
     )
 
@@ -632,9 +696,10 @@ def _touched_groups(
     group_columns: list[str],
     key_range: tuple[object, object],
     new_dates: bool,
-) -> set[tuple[object, ...]]:
+) -> tuple[set[tuple[object, ...]], set[tuple[object, object]]]:
     """A large batch's touched groups: its versions' own (``own_groups``, from the counting
-    pass) and those of its keys' history.
+    pass) and those of its keys' history; and its conflicts, the (key, version) pairs history
+    holds with other content (from the same join).
 
     ``new_dates``: current state holds nothing for the batch's dates (a new day's file, a
     first batch), so its keys may well be new to history too: then history is first asked
@@ -645,9 +710,32 @@ def _touched_groups(
     if new_dates and stored.isEmpty():
         # Nothing stored in the range: the groups are the batch's own, without the distinct
         # of a million keys for the join.
-        return set(own_groups)
-    known = stored.join(versions.select(key).distinct(), key, "left_semi")
-    return own_groups | {tuple(r) for r in known.select(*group_columns).distinct().collect()}
+        return set(own_groups), set()
+    version = flow.version
+    batch = versions.select(
+        key,
+        F.col(version).alias("_v"),
+        content_hash(flow).alias("_c"),
+        (F.col(SOURCE) == F.lit(REPLACEMENT_SOURCE)).alias("_synthetic"),
+    )
+    known = stored.join(batch, key).select(
+        *group_columns,
+        F.when(
+            (F.col(version) == F.col("_v"))
+            & (
+                F.coalesce(F.col(SOURCE) == F.lit(REPLACEMENT_SOURCE), F.lit(False))
+                == F.col("_synthetic")
+            )
+            & (content_hash(flow) != F.col("_c")),
+            F.struct(F.col(key).alias("k"), F.col(version).alias("v")),
+        ).alias("_conflict"),
+    )
+    groups, conflicts = set(own_groups), set()
+    for r in known.distinct().collect():
+        groups.add(tuple(r[c] for c in group_columns))
+        if r["_conflict"] is not None:
+            conflicts.add((r["_conflict"]["k"], r["_conflict"]["v"]))
+    return groups, conflicts
 
 
 def _merge_current(

@@ -1,0 +1,167 @@
+"""What the integrity work costs: this checkout's write path against an earlier commit's, A/B.
+
+The changes that make the numbers trustworthy off the happy path add work to every apply:
+a second window over each key's versions (the version-conflict rule), a log listing after
+the view MERGEs (no lost update), and, for a whole-day replacement and the stage-stream
+correction, two run-journal commits and a time-travel read of current state (a re-run after a
+kill repairs). This script measures them where they show most, on small applies whose cost is
+the write path's fixed cost:
+
+* ``apply``: a batch of ``--rows`` amendments through ``apply_changes`` on a loaded day;
+* ``replace``: that day replaced by a file lacking ``--rows`` of its trades (``run_eod``
+  with ``replace=True``: cancels, journal, apply).
+
+Each side runs in its own process (its own Spark session) against the same files, one warm-up
+then ``--repeat`` timed runs per measure; the sides alternate ``--rounds`` times and the script
+prints the median seconds per measure and side, and the ratio of this checkout to the base.
+The base side runs the base commit's code from a ``git worktree`` with this checkout's venv and
+jars. Run:
+
+    .venv/bin/python bench/integrity_cost.py [--base REV] [--trades N] [--rows R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BASE = "afb2e0c"  # the write path before the integrity work
+MEASURES = ("apply", "replace")
+
+
+def side(code: str, work: Path, trades: int, rows: int, repeat: int) -> dict[str, list[float]]:
+    """One side's timings, in this process, with the code under ``code``."""
+    sys.path.insert(0, code)
+    import csv
+    import datetime as dt
+
+    from flows.trades import FLOW
+    from streamshift.core.catalog import LayerTables
+    from streamshift.core.settings import load_settings
+    from streamshift.jobs.eod import run_eod
+    from streamshift.spark import get_spark
+    from streamshift.write.apply import apply_changes
+    from streamshift.write.target import Target, load_reference
+    from streamshift.write.transforms import raw_schema
+
+    assert Path(sys.modules["streamshift"].__file__ or "").is_relative_to(code)
+    day = dt.date(2026, 11, 20)
+    settings = load_settings(
+        {}, home=work / "home", spark_master="local[2]", spark_shuffle_partitions=2
+    )
+    spark = get_spark(settings, app_name="integrity-cost")
+    reference = load_reference(spark, FLOW)
+    header = [f.name for f in FLOW.schema.fields]
+
+    def trade(i: int, version: int, quantity: int) -> list[str]:
+        event = "NEW" if version == 1 else "AMEND"
+        return [f"T{i:07}", str(version), event, str(day), f"{day}T10:00:00Z", "EQ-US-FLOW"] + [
+            "AAPL",
+            "BUY",
+            str(quantity),
+            "10.00",
+            "USD",
+        ]
+
+    def write(path: Path, data: list[list[str]]) -> Path:
+        with open(path, "w", newline="") as handle:
+            writer = csv.writer(handle, lineterminator="\n")
+            writer.writerow(header)
+            writer.writerows(data)
+        old = time.time() - 3600  # complete: unchanged for an hour
+        os.utime(path, (old, old))
+        return path
+
+    full = [trade(i, 1, 100) for i in range(trades)]
+    day_file = write(work / "day.csv", full)
+    replacement = write(work / "replacement.csv", full[rows:])
+    base_root = work / "base"
+    run_eod(
+        spark, Target(spark, FLOW, LayerTables(base_root, FLOW, "batch"), reference), day, day_file
+    )
+
+    times: dict[str, list[float]] = {m: [] for m in MEASURES}
+    for n in range(repeat + 1):
+        for measure in MEASURES:
+            root = work / f"{measure}-{n}"
+            shutil.copytree(base_root, root)
+            target = Target(spark, FLOW, LayerTables(root, FLOW, "batch"), reference)
+            started = time.perf_counter()
+            if measure == "apply":
+                amended = [(*trade(i, 2, 7), f"bench:{i}", "") for i in range(rows)]
+                apply_changes(FLOW, spark.createDataFrame(amended, raw_schema(FLOW)), "b", target)
+            else:
+                run_eod(spark, target, day, replacement, replace=True)
+            if n:  # the first round warms up
+                times[measure].append(time.perf_counter() - started)
+            shutil.rmtree(root)
+    spark.stop()
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", default=BASE, help=f"the commit to compare with ({BASE})")
+    parser.add_argument("--trades", type=int, default=5_000, help="trades in the day (5,000)")
+    parser.add_argument("--rows", type=int, default=60, help="rows amended or dropped (60)")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per side (3)")
+    parser.add_argument("--rounds", type=int, default=2, help="alternations of the sides (2)")
+    parser.add_argument("--side", nargs=2, metavar=("CODE", "WORK"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.side:
+        timings = side(args.side[0], Path(args.side[1]), args.trades, args.rows, args.repeat)
+        print(json.dumps(timings))
+        return
+
+    scratch = Path(tempfile.mkdtemp(prefix="integrity-cost-"))
+    worktree = scratch / "base-code"
+    subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "add", "--detach", str(worktree), args.base],
+        check=True,
+        capture_output=True,
+    )
+    env = {**os.environ, "STREAMSHIFT_JARS_DIR": str(REPO / "jvm")}
+    results: dict[str, dict[str, list[float]]] = {"base": {}, "head": {}}
+    try:
+        for round_ in range(args.rounds):
+            for name, code in (("base", worktree), ("head", REPO)):
+                print(f"[bench] round {round_ + 1}: {name} ({code})", file=sys.stderr, flush=True)
+                work = scratch / f"{name}-{round_}"
+                work.mkdir()
+                out = subprocess.run(
+                    [sys.executable, __file__, "--side", str(code), str(work)]
+                    + ["--trades", str(args.trades), "--rows", str(args.rows)]
+                    + ["--repeat", str(args.repeat)],
+                    env={**env, "PYTHONPATH": str(code)},
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                )
+                timings = json.loads(out.stdout.strip().splitlines()[-1])
+                for measure, seconds in timings.items():
+                    results[name].setdefault(measure, []).extend(seconds)
+    finally:
+        subprocess.run(
+            ["git", "-C", str(REPO), "worktree", "remove", "--force", str(worktree)],
+            check=False,
+        )
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(f"{args.trades:,}-trade day, {args.rows} rows; medians of {args.repeat * args.rounds}")
+    print(f"{'measure':10} {'base s':>8} {'head s':>8} {'head/base':>10}")
+    for measure in MEASURES:
+        base = statistics.median(results["base"][measure])
+        head = statistics.median(results["head"][measure])
+        print(f"{measure:10} {base:8.2f} {head:8.2f} {head / base:10.2f}")
+
+
+if __name__ == "__main__":
+    main()
