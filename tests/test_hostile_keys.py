@@ -17,6 +17,7 @@ from streamshift.jobs.eod import run_eod
 from streamshift.read.tables import rows as delta_rows
 from streamshift.write.apply import apply_changes
 from streamshift.write.target import Target, read
+from streamshift.write.transforms import raw_schema
 from tests.trades_data import frame, trade
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -188,3 +189,43 @@ def test_a_spreadsheet_shaped_file_reads_as_the_csv_modules(spark, tmp_path) -> 
         (4, QUOTED_LINE_BREAK_RULE, None),
         (5, None, "after"),
     }
+
+
+def test_random_new_amend_cancel_sequences_of_hostile_keys_match_the_oracle(
+    spark, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """Property-style: random NEW/AMEND/CANCEL histories of hostile keys, delivered out of
+    order and with duplicates, as EOD files (batch layer) and as stream batches (stream
+    layer); each layer ends as the plain-Python oracle of the same events."""
+    import random
+    import time
+
+    seed = time.time_ns() % 1_000_000
+    rnd = random.Random(seed)
+    events: list[list[str]] = []
+    for key in [*HOSTILE, *(f"{k}-{i}" for i, k in enumerate(rnd.sample(HOSTILE, 4)))]:
+        for version in range(1, rnd.randint(1, 4) + 1):
+            kind = "NEW" if version == 1 else rnd.choice(["AMEND", "AMEND", "CANCEL"])
+            side = rnd.choice(["BUY", "SELL"])
+            events.append(_row(key, version, kind, side, rnd.randint(1, 900)))
+            if kind == "CANCEL":
+                break
+    deliveries = events + rnd.sample(events, len(events) // 4)  # duplicates, same content
+    rnd.shuffle(deliveries)
+    chunks = [deliveries[i::2] for i in range(2)]
+    expected = _oracle(events)
+
+    batch = _target(spark, tmp_path / "wh")
+    for i, chunk in enumerate(chunks):
+        run_eod(spark, batch, DAY, _write(tmp_path / f"part{i}.csv", chunk))
+    assert _state(spark, batch) == expected, f"batch layer, seed {seed}"
+
+    stream = _target(spark, tmp_path / "wh", "stream")
+    offset = 0
+    for chunk in chunks:
+        raw = []
+        for r in chunk:
+            raw.append((*[v or None for v in r], f"trades:0:{offset}", ",".join(r)))
+            offset += 1
+        apply_changes(FLOW, spark.createDataFrame(raw, raw_schema(FLOW)), "kafka", stream)
+    assert _state(spark, stream) == expected, f"stream layer, seed {seed}"
