@@ -56,7 +56,11 @@ def side(code: str, work: Path, trades: int, rows: int, repeat: int) -> dict[str
     assert Path(sys.modules["streamshift"].__file__ or "").is_relative_to(code)
     day = dt.date(2026, 11, 20)
     settings = load_settings(
-        {}, home=work / "home", spark_master="local[2]", spark_shuffle_partitions=2
+        {},
+        home=work / "home",
+        jars_dir=REPO / "jvm",  # this checkout's jars: a worktree has none
+        spark_master="local[2]",
+        spark_shuffle_partitions=2,
     )
     spark = get_spark(settings, app_name="integrity-cost")
     reference = load_reference(spark, FLOW)
@@ -129,7 +133,7 @@ def main() -> None:
         check=True,
         capture_output=True,
     )
-    env = {**os.environ, "STREAMSHIFT_JARS_DIR": str(REPO / "jvm")}
+    env = dict(os.environ)
     results: dict[str, dict[str, list[float]]] = {"base": {}, "head": {}}
     try:
         for round_ in range(args.rounds):
@@ -142,10 +146,12 @@ def main() -> None:
                     + ["--trades", str(args.trades), "--rows", str(args.rows)]
                     + ["--repeat", str(args.repeat)],
                     env={**env, "PYTHONPATH": str(code)},
-                    check=True,
+                    check=False,
                     capture_output=True,
                     text=True,
                 )
+                if out.returncode:
+                    sys.exit(f"the {name} side failed:\n{out.stderr[-3000:]}")
                 timings = json.loads(out.stdout.strip().splitlines()[-1])
                 for measure, seconds in timings.items():
                     results[name].setdefault(measure, []).extend(seconds)

@@ -47,17 +47,17 @@ def _write(path: Path, rows: list[list[str]], trailer: list[str] | None = None) 
 
 def test_what_each_declaration_waits_for(tmp_path) -> None:
     path = _write(tmp_path / "day.csv", _rows(3))
-    assert "done-marker" in waiting_for(path, MARKED, 0)
+    assert "done-marker" in waiting_for(path, MARKED.completeness, 0)
     (tmp_path / "day.csv.done").touch()
-    assert waiting_for(path, MARKED, 0) == ""
-    assert "trailer" in waiting_for(path, TRAILED, 0)
+    assert waiting_for(path, MARKED.completeness, 0) == ""
+    assert "trailer" in waiting_for(path, TRAILED.completeness, 0)
     _write(path, _rows(3), ["TRAILER", "3", "6"])
-    assert waiting_for(path, TRAILED, 0) == ""
+    assert waiting_for(path, TRAILED.completeness, 0) == ""
     # neither: the size must have stayed the same for the stability window
-    assert "stay the same" in waiting_for(path, FLOW, 60)
+    assert "stay the same" in waiting_for(path, FLOW.completeness, 60)
     old = time.time() - 120
     os.utime(path, (old, old))
-    assert waiting_for(path, FLOW, 60) == ""
+    assert waiting_for(path, FLOW.completeness, 60) == ""
     with pytest.raises(IncompleteFileError, match="done-marker"):
         wait_until_complete(_write(tmp_path / "other.csv", _rows(1)), MARKED, 0)
 
@@ -144,3 +144,24 @@ def test_a_replacement_copied_in_two_halves_never_retracts_its_second_half(spark
     result = run_eod(spark, target, DAY, whole, replace=True)
     assert (result.cancelled, result.apply.received) == (2, 20)
     assert live() == {r[0]: 1 for r in replacement}
+
+
+def test_the_eod_dags_trigger_fires_only_once_the_file_is_complete(tmp_path) -> None:
+    """What the deferred ``wait_for_eod_file`` waits on in Airflow's triggerer: no event while
+    the marker is missing; one once it is there; it serializes to itself."""
+    import asyncio
+
+    from streamshift.orchestrate.waiting import CompleteFileTrigger
+
+    path = _write(tmp_path / "day.csv", _rows(3))
+    trigger = CompleteFileTrigger(str(path), 0, marker=True, poke_interval=0.05)
+
+    def first_event(timeout: float):  # type: ignore[no-untyped-def]
+        return asyncio.run(asyncio.wait_for(anext(trigger.run()), timeout))
+
+    with pytest.raises(TimeoutError):
+        first_event(0.5)
+    (tmp_path / "_SUCCESS").touch()
+    assert first_event(5).payload == {"file": str(path)}
+    classpath, kwargs = trigger.serialize()
+    assert CompleteFileTrigger(**kwargs).serialize() == (classpath, kwargs)

@@ -17,12 +17,10 @@ from typing import Any
 
 import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.providers.standard.sensors.filesystem import FileSensor
 from airflow.sdk import (
     DAG,
     Asset,
     Param,
-    PokeReturnValue,
     TriggerRule,
     get_current_context,
     task,
@@ -30,6 +28,7 @@ from airflow.sdk import (
 
 from streamshift.core.settings import REPO_ROOT, Settings, load_settings
 from streamshift.orchestrate import tasks as T
+from streamshift.orchestrate.waiting import CompleteFileSensor
 from streamshift.quality.project import QualityError
 
 OWNER = "streamshift"
@@ -236,29 +235,17 @@ the log). Backfill with
 
         inputs = resolve_inputs()
 
-        wait = FileSensor(
+        wait = CompleteFileSensor(
             task_id="wait_for_eod_file",
             filepath=inputs["file"],
-            fs_conn_id="fs_default",
-            deferrable=True,
+            flow=flow,
+            stable_seconds=settings.file_stable_seconds,
             poke_interval=60,
             timeout=12 * 3600,
-            doc_md="Wait for the EOD file (deferred: a waiting run holds no worker slot).",
+            doc_md="Wait for the EOD file to arrive and be complete, as the flow declares: a "
+            "done-marker, a trailer line, or a size that stopped changing (deferred: a waiting "
+            "run holds no worker slot; a half-copied file is never loaded).",
         )
-
-        @task.sensor(
-            task_id="wait_for_complete_file",
-            poke_interval=30,
-            timeout=12 * 3600,
-            mode="reschedule",  # between pokes the run holds no worker slot
-            doc_md="Wait until the file is complete as its flow declares: a done-marker, a "
-            "trailer line, or a size that stopped changing (a half-copied file is never loaded).",
-        )
-        def wait_for_complete_file(resolved: dict[str, Any]) -> PokeReturnValue:
-            missing = T.file_waiting_for(_settings(), resolved)
-            if missing:
-                print(f"{resolved['file']}: waiting for {missing}")
-            return PokeReturnValue(is_done=not missing)
 
         @task(doc_md="File-level checks in pure Python (header, delimiter, truncation).")
         def check_raw_file(resolved: dict[str, Any]) -> dict[str, Any]:
@@ -352,8 +339,7 @@ the log). Backfill with
         checked = check_raw_file(inputs)
         branch = choose_path(inputs["path"], inputs["stage"])
         after_load = anything_to_reconcile(inputs["reconcile"], inputs["stage"])
-        complete = wait_for_complete_file(inputs)
-        inputs >> wait >> complete >> checked >> branch
+        inputs >> wait >> checked >> branch
         branch >> [load, correct]
         load >> after_load >> [reconcile, quality]
         reconcile >> quality

@@ -175,15 +175,6 @@ def check_may_force(user: str, force: bool) -> None:
         )
 
 
-def file_waiting_for(settings: Settings, inputs: dict[str, Any]) -> str:
-    """What the resolved file still lacks to be complete ('' when complete); pure Python."""
-    from streamshift.core.registry import get_flow
-    from streamshift.sources.eodfile import waiting_for
-
-    flow = get_flow(inputs["flow"])
-    return waiting_for(Path(inputs["file"]), flow, settings.file_stable_seconds)
-
-
 def check_raw_file(settings: Settings, inputs: dict[str, Any]) -> dict[str, Any]:
     """The file-level checks (pure Python): header, delimiter, truncation; no Spark."""
     from streamshift.core.registry import get_flow

@@ -144,12 +144,13 @@ def _trailer(path: Path, completeness: Completeness, n_lines: int) -> Trailer:
     return Trailer(line=n_lines, rows=rows, total=total)
 
 
-def waiting_for(path: Path, flow: Flow, stable_seconds: float, now: float | None = None) -> str:
-    """What the file still lacks to count as complete ('' when complete): the flow's marker,
+def waiting_for(
+    path: Path, completeness: Completeness, stable_seconds: float, now: float | None = None
+) -> str:
+    """What the file still lacks to count as complete ('' when complete): its done-marker,
     its trailer, or — declaring neither — a size that stayed the same ``stable_seconds``."""
     if not path.exists():
         return f"{path} to arrive"
-    completeness = flow.completeness
     if completeness.marker:
         markers = [path.with_name(path.name + ".done"), path.parent / "_SUCCESS"]
         if not any(m.exists() for m in markers):
@@ -182,7 +183,7 @@ def wait_until_complete(
 
     A missing marker or trailer is refused at once (the producer has not said the file is
     whole); a file changed within the last ``stable_seconds`` is watched that long."""
-    missing = waiting_for(path, flow, stable_seconds)
+    missing = waiting_for(path, flow.completeness, stable_seconds)
     if missing and not flow.completeness.marker and not flow.completeness.trailer:
         before = os.stat(path)
         progress(f"waiting {stable_seconds:g}s for {path.name} to stop changing")
