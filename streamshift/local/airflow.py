@@ -446,11 +446,18 @@ class AirflowClient:
         path = f"{self._run_path(dag_id, run_id)}/taskInstances/{task_id}/logs/{try_number}"
         body = self.get(f"{path}?full_content=true")
         content = body.get("content", "") if isinstance(body, dict) else body
-        if isinstance(content, list):
-            return "\n".join(
-                str(e.get("event", e)) if isinstance(e, dict) else str(e) for e in content
-            )
-        return str(content)
+        if not isinstance(content, list):
+            return str(content)
+        lines = []
+        for entry in content:
+            if not isinstance(entry, dict):
+                lines.append(str(entry))
+                continue
+            lines.append(str(entry.get("event", entry)))
+            # A failed task's exception is in its entry's error_detail, not in the event.
+            for error in entry.get("error_detail") or []:
+                lines.append(f"{error.get('exc_type')}: {error.get('exc_value')}")
+        return "\n".join(lines)
 
     def task_states(self, dag_id: str, run_id: str) -> dict[str, str | None]:
         body = self.get(f"{self._run_path(dag_id, run_id)}/taskInstances?limit=100")
