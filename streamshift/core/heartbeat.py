@@ -149,8 +149,6 @@ class StreamStatus:
             state = f"running (pid {b.get('pid')})"
         elif b.get("state") == "running":
             state = f"not running (process {b.get('pid')} is gone without stopping: killed?)"
-        elif b.get("state") == "stopped":
-            state = "stopped by an operator (the supervisor leaves it until it is started again)"
         else:
             state = f"not running ({b.get('state', 'unknown')})"
         parts = [f"{self.flow}/{self.layer}: {state}"]
