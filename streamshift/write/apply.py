@@ -127,9 +127,10 @@ def _isin(column: str, values: Sequence[object]) -> Column:
     return F.col(column).isin(list(values)) if values else F.lit(False)
 
 
-def _synthetic(alias: str) -> Column:
-    """Whether a row of ``alias`` is a replacement's synthetic cancel."""
-    return F.coalesce(F.col(f"{alias}.{SOURCE}") == F.lit(REPLACEMENT_SOURCE), F.lit(False))
+def _synthetic(alias: str = "") -> Column:
+    """Whether a row (of ``alias``, in a MERGE) is a replacement's synthetic cancel."""
+    source = F.col(f"{alias}.{SOURCE}" if alias else SOURCE)
+    return F.coalesce(source == F.lit(REPLACEMENT_SOURCE), F.lit(False))
 
 
 def _same(columns: Sequence[str]) -> Column:
@@ -418,22 +419,20 @@ def _apply_accepted(
         version_before, dates_were_empty = -1, False
         if small:
             known = steps.run("touched", _history_of, spark, flow, tables, keys, group_columns)
-            stored = {
-                (r[key], r[version], r[SOURCE] == REPLACEMENT_SOURCE): r[CONTENT] for r in known
-            }
+
+            def identity(r: Row) -> tuple[object, object, bool]:
+                # a synthetic cancel and a real event of one version are different versions
+                return r[key], r[version], r[SOURCE] == REPLACEMENT_SOURCE
+
+            stored = {identity(r): r[CONTENT] for r in known}
             conflicts = {
                 (r[key], r[version])
                 for r in incoming
-                if stored.get((r[key], r[version], r[SOURCE] == REPLACEMENT_SOURCE), r[CONTENT])
-                != r[CONTENT]
+                if stored.get(identity(r), r[CONTENT]) != r[CONTENT]
             }
             incoming = [r for r in incoming if (r[key], r[version]) not in conflicts]
             keys_by_date = Counter(d for _, d in {(r[key], r[bd]) for r in incoming})
-            new = [
-                r
-                for r in incoming
-                if (r[key], r[version], r[SOURCE] == REPLACEMENT_SOURCE) not in stored
-            ]
+            new = [r for r in incoming if identity(r) not in stored]
             if new:
                 steps.submit("history", _insert_history, spark, flow, versions, tables, new)
             touched = {tuple(r[c] for c in group_columns) for r in [*known, *incoming]}
@@ -716,16 +715,13 @@ def _touched_groups(
         key,
         F.col(version).alias("_v"),
         content_hash(flow).alias("_c"),
-        (F.col(SOURCE) == F.lit(REPLACEMENT_SOURCE)).alias("_synthetic"),
+        _synthetic().alias("_synthetic"),
     )
     known = stored.join(batch, key).select(
         *group_columns,
         F.when(
             (F.col(version) == F.col("_v"))
-            & (
-                F.coalesce(F.col(SOURCE) == F.lit(REPLACEMENT_SOURCE), F.lit(False))
-                == F.col("_synthetic")
-            )
+            & (_synthetic() == F.col("_synthetic"))
             & (content_hash(flow) != F.col("_c")),
             F.struct(F.col(key).alias("k"), F.col(version).alias("v")),
         ).alias("_conflict"),
