@@ -9,9 +9,11 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.settings import describe, load_settings, shown
+from streamshift.core.stages import NAMES as STAGE_NAMES
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -159,7 +161,9 @@ def _spark(flow_name: str):  # type: ignore[no-untyped-def]
 
 def _cmd_eod(args: argparse.Namespace) -> int:
     from streamshift.core.registry import get_flow
+    from streamshift.core.stages import stage
     from streamshift.jobs.eod import run_eod
+    from streamshift.read.control import current_stage
     from streamshift.sources.eodfile import wait_until_complete
     from streamshift.write.target import Target
 
@@ -171,7 +175,11 @@ def _cmd_eod(args: argparse.Namespace) -> int:
     settings, spark, flow = _spark(args.flow)
     target = Target.open(spark, settings, flow, args.layer)
     replace = args.replace or args.mode == "replace"
-    result = run_eod(spark, target, args.date, args.file, replace=replace)
+    # A load of the batch layer in a loading stage closes the date where the stage says; any
+    # other load closes the layer it wrote.
+    now = stage(current_stage(settings, flow.name))
+    closes = now.closes_layers if now.loads and args.layer == "batch" else (args.layer,)
+    result = run_eod(spark, target, args.date, args.file, replace=replace, closes=closes)
     print(result.describe())
     if args.quality_run:
         _quality_after(spark, settings, flow, args.date, args.layer, args.file, args.quality_run)
@@ -227,6 +235,8 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
     from streamshift.jobs.reconcile import check_reconcile, run_reconcile
 
     # Missing files, or --correct in a stage it does not apply to: refused before Spark starts.
+    if args.replace and not args.correct:
+        raise UserError("--replace goes with --correct (the EOD file replaces the whole day)")
     check_reconcile(load_settings(), get_flow(args.flow), args.against, args.eod_file, args.correct)
     settings, spark, flow = _spark(args.flow)
     run = run_reconcile(
@@ -238,6 +248,7 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
         eod_file=args.eod_file,
         parity=not args.no_parity,
         correct=args.correct,
+        replace=args.replace,
     )
     print(run.describe())
     if args.quality_run:
@@ -245,14 +256,51 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
     return 1 if args.fail_on_breaks and run.breaks else 0
 
 
+def _cmd_close(args: argparse.Namespace) -> int:
+    from streamshift.jobs.close import CloseRequest, check, run
+
+    _known_flow(args.flow)
+    request = CloseRequest(args.flow, args.date, args.force, args.reason, args.by)
+    settings = load_settings()
+    # The cut-off and the offsets first, without a JVM: a refusal answers at once.
+    _say_progress(f"checking {args.flow} {args.date}'s cut-off and the stream's offsets")
+    check(settings, request)
+    settings, spark, flow = _spark(args.flow)
+    print(run(spark, request, settings).describe())
+    if args.quality_run:
+        _quality_after(spark, settings, flow, args.date, "stream", None, args.quality_run)
+    return 0
+
+
 def _cmd_stage(args: argparse.Namespace) -> int:
     from streamshift.control.stages import promotion_evidence
+    from streamshift.core.stages import next_stage, stage
     from streamshift.read.control import current_stage, stage_history
 
     settings, flow = load_settings(), _known_flow(args.flow)
-    print(f"{flow}: stage {current_stage(settings, flow)}")
-    evidence = promotion_evidence(settings, flow)
-    print(f"promotion evidence (last {evidence.window} reconciled dates, stream vs batch):")
+    now = stage(current_stage(settings, flow))
+    print(f"{flow}: stage {now.name} ({now.summary})")
+    following = next_stage(now.name)
+    if following is not None and now.evidence is not None:
+        evidence = promotion_evidence(settings, flow, following.name)
+        print(
+            f"evidence for {following.name} (last {evidence.window} reconciled dates, "
+            f"{evidence.describe_kind()}, in stage {evidence.made_in}):"
+        )
+        _print_evidence(evidence)
+    elif following is not None:
+        print(f"promotion to {following.name} needs no evidence")
+    print("stage history:")
+    for change in stage_history(settings, flow):
+        forced = f" FORCED ({change['reason']})" if change["forced"] else ""
+        print(
+            f"    {change['changed_at']}  {change['from_stage']} → {change['to_stage']}  "
+            f"by {change['changed_by']}{forced}"
+        )
+    return 0
+
+
+def _print_evidence(evidence: Any) -> None:
     for d in evidence.dates:
         quality = d.get("quality_failures")
         print(
@@ -262,14 +310,6 @@ def _cmd_stage(args: argparse.Namespace) -> int:
         )
     for problem in evidence.problems():
         print(f"    not enough: {problem}")
-    print("stage history:")
-    for change in stage_history(settings, flow):
-        forced = f" FORCED ({change['reason']})" if change["forced"] else ""
-        print(
-            f"    {change['changed_at']}  {change['from_stage']} → {change['to_stage']}  "
-            f"by {change['changed_by']}{forced}"
-        )
-    return 0
 
 
 def _timestamp(text: str) -> dt.datetime:
@@ -718,11 +758,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--correct",
         action="store_true",
-        help="stage stream/kappa: apply the EOD file's differences to the stream "
-        "layer (source eod_correction), then reconcile again",
+        help="stage stream: apply the EOD file's differences to the stream layer (source "
+        "eod_correction), reconcile again and close the date in the stream layer",
+    )
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="with --correct: the EOD file is the whole day; also cancel the stream layer's "
+        "live keys of the date that the file lacks",
     )
     _add_quality_run(p, "the day's stream layer (with --eod-file as the raw file)")
     p.set_defaults(handler=_cmd_reconcile)
+
+    p = sub.add_parser(
+        "close",
+        help="close a business date at its cut-off (stage kappa); later changes are late",
+        description="Close the date once its cut-off plus grace (the flow's CutOff: time, "
+        "zone, grace) has passed and the stream job has committed every offset the topic held "
+        "at that moment (per partition; an idle partition holds nothing open). Refuses "
+        "otherwise, saying what it waits for. Changes for a closed date are recorded as late "
+        "events (streamshift show --view late_events --layer stream). In stage kappa the close "
+        "covers the stream layer; batch and shadow close by the EOD load, stream by the EOD "
+        "file's reconciliation. --force --reason closes without waiting, recorded as forced.",
+    )
+    p.add_argument("--flow", required=True)
+    p.add_argument("--date", required=True, type=_date)
+    p.add_argument("--force", action="store_true", help="close without waiting (needs --reason)")
+    p.add_argument("--reason", help="why (required with --force; recorded)")
+    p.add_argument("--by", help="who is recorded as closed_by (default: the OS user)")
+    _add_quality_run(p, "the closed date's stream layer")
+    p.set_defaults(handler=_cmd_close)
 
     p = sub.add_parser(
         "stage",
@@ -742,7 +807,7 @@ def build_parser() -> argparse.ArgumentParser:
         "dates clean (STREAMSHIFT_PROMOTION_WINDOW); --force overrides with a recorded reason.",
     )
     p.add_argument("--flow", required=True)
-    p.add_argument("--to", required=True, choices=["batch", "shadow", "stream", "kappa"])
+    p.add_argument("--to", required=True, choices=list(STAGE_NAMES))
     p.add_argument("--force", action="store_true")
     p.add_argument("--reason", help="why (required with --force)")
     p.add_argument(

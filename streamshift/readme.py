@@ -1,5 +1,5 @@
-"""The README's generated tables — every ``STREAMSHIFT_*`` setting and every command — made
-from the code, so they cannot drift: ``python -m streamshift.readme`` rewrites them in place,
+"""The README's generated tables — every ``STREAMSHIFT_*`` setting, every command, the stage
+table — and the CLI reference ``docs/cli.md``, made from the code, so they cannot drift: ``python -m streamshift.readme`` rewrites them in place,
 ``--check`` exits 1 when README.md differs (``tests/test_readme.py`` asserts it does not)."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pathlib import Path
 from streamshift.core.settings import REPO_ROOT, describe
 
 README = REPO_ROOT / "README.md"
+CLI_REFERENCE = REPO_ROOT / "docs" / "cli.md"
 
 
 def _cell(text: str) -> str:
@@ -44,7 +45,45 @@ def commands_table() -> str:
     return "\n".join(rows)
 
 
-TABLES = {"settings": settings_table, "commands": commands_table}
+def stages_table() -> str:
+    """The stage table, from :mod:`streamshift.core.stages` (the one definition)."""
+    from streamshift.core import stages as S
+    from streamshift.core.catalog import EOD_FILE, PARITY
+
+    eod = {
+        S.LOAD: "loads the EOD file into the batch layer",
+        S.CORRECT: "reconciles the EOD file against the stream layer and applies the differences "
+        "as corrections (`mode=replace` also cancels what the whole-day file lacks)",
+        S.CUT_OFF: "no file: waits for the date's cut-off and closes it (`streamshift close`)",
+    }
+    closes = {
+        S.BY_EOD_LOAD: "the EOD load",
+        S.BY_EOD_FILE: "the EOD file's reconciliation and correction",
+        S.BY_CUT_OFF: "the cut-off, once the stream committed the offsets the topic held then",
+    }
+    evidence = {PARITY: "clean parity days (stream vs batch)", EOD_FILE: "clean EOD-file days"}
+    served = {
+        "batch": "the batch layer",
+        "lambda": "batch for closed dates, stream after",
+        "stream": "the stream layer",
+    }
+    rows = [
+        "| stage | the stream job | the EOD DAG (`eod_<flow>`) | a day closes by (layers) "
+        "| evidence it makes for the next stage | readers are served |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in S.STAGES:
+        dag = eod[s.eod] + ("; reconciles stream vs batch" if s.parity else "")
+        dag += "; vs an external file when one lands; quality; report"
+        rows.append(
+            f"| `{s.name}` | {'writes the stream layer' if s.streams else 'off'} | {_cell(dag)} "
+            f"| {closes[s.closes_by]} ({', '.join(s.closes_layers)}) "
+            f"| {evidence.get(s.evidence or '', '—')} | {served[s.serves]} |"
+        )
+    return "\n".join(rows)
+
+
+TABLES = {"settings": settings_table, "commands": commands_table, "stages": stages_table}
 
 
 def rendered(text: str) -> str:
@@ -62,6 +101,26 @@ def rendered(text: str) -> str:
     return text
 
 
+def cli_reference() -> str:
+    """``docs/cli.md``: every command's ``--help``, as the command prints it."""
+    import os
+
+    from streamshift.cli import build_parser
+
+    os.environ["COLUMNS"] = "100"  # argparse wraps at the terminal's width: fix it
+    parser = build_parser()
+    [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    parts = [
+        "# The `streamshift` command",
+        "",
+        "Generated from the code (`python -m streamshift.readme`); `streamshift <command> --help` "
+        "prints the same.",
+    ]
+    for name, sub in commands.choices.items():
+        parts += ["", f"## `streamshift {name}`", "", "```", sub.format_help().rstrip(), "```"]
+    return "\n".join(parts) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m streamshift.readme",
@@ -71,13 +130,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     current = README.read_text()
     fresh = rendered(current)
+    reference = cli_reference()
     if args.check:
         if fresh != current:
             print("README.md tables are stale: run python -m streamshift.readme", file=sys.stderr)
             return 1
+        if not CLI_REFERENCE.exists() or CLI_REFERENCE.read_text() != reference:
+            print(f"{CLI_REFERENCE} is stale: run python -m streamshift.readme", file=sys.stderr)
+            return 1
         return 0
     README.write_text(fresh)
-    print(f"wrote {README}")
+    CLI_REFERENCE.parent.mkdir(exist_ok=True)
+    CLI_REFERENCE.write_text(reference)
+    print(f"wrote {README} and {CLI_REFERENCE}")
     return 0
 
 

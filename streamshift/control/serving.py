@@ -15,6 +15,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from streamshift.core import stages
 from streamshift.core.catalog import LayerTables
 from streamshift.core.contract import APPLIED_AT
 from streamshift.core.errors import StreamshiftError
@@ -33,11 +34,7 @@ class UnknownViewError(StreamshiftError):
 
 def serving_layer(stage: str, business_date: dt.date, closed: set[dt.date]) -> str:
     """Which layer serves ``business_date`` in ``stage``."""
-    if stage == "batch":
-        return "batch"
-    if stage == "shadow":
-        return "batch" if business_date in closed else "stream"
-    return "stream"
+    return stages.stage(stage).serving_layer(business_date in closed)
 
 
 @dataclass

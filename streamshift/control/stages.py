@@ -2,8 +2,10 @@
 
 Every change is a row of the ``stage_changes`` Delta table (from, to, when, by whom, forced,
 reason, evidence); the current stage is the last change's target (``batch`` before any).
-A promotion to ``stream`` or ``kappa`` needs reconciliation evidence: the last N business
-dates reconciled stream-vs-batch (``parity``) must all be clean — and, when
+A promotion needs the evidence the stage before it makes (:mod:`streamshift.core.stages`):
+into ``stream``, the last N business dates reconciled stream-vs-batch in ``shadow``
+(``parity``); into ``kappa``, the last N reconciliations of the EOD file against the stream
+layer in ``stream`` (``eod_file``, after its correction). They must all be clean — and, when
 ``STREAMSHIFT_PROMOTION_QUALITY_SUITES`` lists data-quality suites, none of those suites may
 have a failed ``fail`` expectation on those dates. ``--force`` overrides the
 gate but needs a reason, and records it. Demotion is always allowed, and recorded.
@@ -17,18 +19,19 @@ What readers are served in each stage is :mod:`streamshift.control.serving`.
 from __future__ import annotations
 
 import datetime as dt
-import getpass
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from streamshift.core.catalog import STAGE_CHANGES_SCHEMA, ControlTables
+from streamshift.core import stages
+from streamshift.core.catalog import PARITY, STAGE_CHANGES_SCHEMA, ControlTables
 from streamshift.core.errors import StreamshiftError
+from streamshift.core.processes import os_user
 from streamshift.read.control import (
     current_stage,
     latest_runs,
-    parity_by_date,
     quality_failures_by_date,
+    recon_by_date,
 )
 
 if TYPE_CHECKING:
@@ -36,8 +39,8 @@ if TYPE_CHECKING:
 
     from streamshift.core.settings import Settings
 
-STAGES = ("batch", "shadow", "stream", "kappa")
-GATED = ("stream", "kappa")
+# Stages a promotion into needs evidence for (what the stage before makes).
+GATED = tuple(s.name for s in stages.STAGES if stages.entry_evidence(s.name))
 
 
 class PromotionRefused(StreamshiftError):
@@ -51,6 +54,8 @@ def stage_changes_path(settings: Settings) -> str:
 @dataclass
 class Evidence:
     window: int
+    kind: str  # the reconciliation: parity (stream vs batch) or eod_file (EOD file vs stream)
+    made_in: str  # the stage whose runs count
     dates: list[dict[str, Any]]  # newest first: business_date, clean, breaks, rows, run_id
     # Reconciled dates passed over: neither layer held a row there (nothing was loaded), so a
     # "clean" parity proves nothing. Newest first.
@@ -76,7 +81,7 @@ class Evidence:
         if len(self.dates) < self.window:
             out.append(
                 f"only {len(self.dates)} of the {self.window} business dates needed have "
-                "been reconciled"
+                f"been reconciled ({self.describe_kind()} in stage {self.made_in})"
                 + (
                     f" ({', '.join(str(d) for d in self.empty)} compared no rows in either "
                     "layer: nothing loaded there, so not evidence)"
@@ -86,14 +91,33 @@ class Evidence:
             )
         return out
 
+    def describe_kind(self) -> str:
+        return "stream vs batch" if self.kind == PARITY else "the EOD file vs the stream layer"
+
     def as_json(self) -> str:
-        return json.dumps({"window": self.window, "dates": self.dates}, default=str)
+        return json.dumps(
+            {
+                "window": self.window,
+                "kind": self.kind,
+                "made_in": self.made_in,
+                "dates": self.dates,
+            },
+            default=str,
+        )
 
 
-def promotion_evidence(settings: Settings, flow: str) -> Evidence:
-    """The latest parity reconciliation of each of the last N reconciled business dates that
-    held data (a date neither layer holds reconciles clean and proves nothing)."""
-    reconciled = parity_by_date(latest_runs(settings, flow))[::-1]
+def promotion_evidence(settings: Settings, flow: str, to: str | None = None) -> Evidence:
+    """The evidence a promotion of ``flow`` into ``to`` (default: its next stage) needs: the
+    latest reconciliation of the stage before ``to``'s kind (parity or eod_file), made in that
+    stage, of each of the last N reconciled business dates that held data (a date neither side
+    holds reconciles clean and proves nothing)."""
+    if to is None:
+        following = stages.next_stage(current_stage(settings, flow))
+        to = following.name if following else stages.STAGES[-1].name
+    before = stages.previous_stage(to) or stages.STAGES[0]
+    kind = stages.entry_evidence(to) or PARITY
+    made_in = before.name
+    reconciled = recon_by_date(latest_runs(settings, flow, stage=made_in), kind)[::-1]
     newest_first = [d for d in reconciled if d["rows"]][: settings.promotion_window]
     oldest = newest_first[-1]["business_date"] if newest_first else None
     empty = [
@@ -106,7 +130,7 @@ def promotion_evidence(settings: Settings, flow: str) -> Evidence:
         failures = quality_failures_by_date(settings, flow, suites)
         for day in newest_first:
             day["quality_failures"] = failures.get(day["business_date"], [])
-    return Evidence(settings.promotion_window, newest_first, empty)
+    return Evidence(settings.promotion_window, kind, made_in, newest_first, empty)
 
 
 @dataclass
@@ -124,7 +148,7 @@ class StageChange:
             text += f" (FORCED: {self.reason})"
         if self.evidence is not None and self.evidence.dates:
             dates = ", ".join(str(d["business_date"]) for d in self.evidence.dates)
-            text += f"; evidence: parity clean on {dates}"
+            text += f"; evidence: {self.evidence.kind} clean on {dates}"
         return text
 
 
@@ -138,8 +162,8 @@ def check_promotion(
 ) -> StageChange:
     """The gate: the change moving ``flow`` to ``to``, or :class:`PromotionRefused` saying why
     not. Reads only (no JVM); :func:`promote` records what it allows."""
-    if to not in STAGES:
-        raise PromotionRefused(f"unknown stage {to!r}; stages are {', '.join(STAGES)}")
+    if to not in stages.NAMES:
+        raise PromotionRefused(f"unknown stage {to!r}; stages are {', '.join(stages.NAMES)}")
     if force and not (reason and reason.strip()):
         raise PromotionRefused(
             "--force needs --reason TEXT: a forced promotion is recorded with who forced it and why"
@@ -147,17 +171,18 @@ def check_promotion(
     now = current_stage(settings, flow)
     if to == now:
         raise PromotionRefused(f"{flow} is already in stage {now}")
-    promoting = STAGES.index(to) > STAGES.index(now)
-    if promoting and STAGES.index(to) != STAGES.index(now) + 1:
-        step = STAGES[STAGES.index(now) + 1]
+    promoting = stages.position(to) > stages.position(now)
+    following = stages.next_stage(now)
+    if promoting and following is not None and to != following.name:
         raise PromotionRefused(
-            f"{flow} is in stage {now}; promote one stage at a time (next: {step})"
+            f"{flow} is in stage {now}; promote one stage at a time (next: {following.name})"
         )
-    evidence = promotion_evidence(settings, flow) if promoting and to in GATED else None
+    evidence = promotion_evidence(settings, flow, to) if promoting and to in GATED else None
     if evidence is not None and not evidence.sufficient and not force:
         raise PromotionRefused(
             f"promotion of {flow} to {to} refused: it needs the last {evidence.window} "
-            f"reconciled business dates clean (stream vs batch); "
+            f"reconciled business dates clean ({evidence.describe_kind()}, reconciled in "
+            f"stage {evidence.made_in}); "
             + "; ".join(evidence.problems())
             + ". Reconcile more dates (streamshift reconcile) or, if you must, pass "
             "--force --reason TEXT"
@@ -185,7 +210,7 @@ def promote(
             change.from_stage,
             to,
             dt.datetime.now(dt.UTC).replace(tzinfo=None),
-            by or _user(),
+            by or os_user(),
             force,
             reason,
             evidence.as_json() if evidence else None,
@@ -195,10 +220,3 @@ def promote(
         stage_changes_path(settings)
     )
     return change
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"

@@ -2,7 +2,7 @@
 
 Layout: ``<warehouse>/<layer>/<table>`` for the per-layer tables (current state, history,
 views, quarantine, late events) and ``<warehouse>/control/<table>`` for flow-level records
-(EOD runs, reconciliation runs and breaks, stage changes). All tables are path-based Delta
+(EOD runs, day closes, reconciliation runs and breaks, stage changes). All tables are path-based Delta
 tables. Spark jobs, the JVM-free readers and the Airflow layer all find tables here.
 """
 
@@ -34,6 +34,15 @@ LATE_EVENTS_SCHEMA = (
 EOD_RUNS_SCHEMA = (
     "flow STRING, layer STRING, business_date DATE, file STRING, mode STRING, "
     "received BIGINT, accepted BIGINT, rejected BIGINT, late BIGINT, run_at TIMESTAMP"
+)
+
+# Closed business dates, one row per layer a close covers: a change for a closed date is late.
+# ``how``: the EOD load (batch, shadow), the EOD file's reconciliation (stream), the cut-off
+# (kappa) or forced (``streamshift close --force``, with ``reason``); ``detail``: JSON (the
+# offsets a cut-off close waited for, the file).
+DAY_CLOSES_SCHEMA = (
+    "flow STRING, layer STRING, business_date DATE, how STRING, closed_at TIMESTAMP, "
+    "closed_by STRING, reason STRING, detail STRING"
 )
 
 # A re-runnable job's journal: a ``started`` row fixes, before the job's first write, the
@@ -108,6 +117,10 @@ class LayerTables:
     def eod_runs(self) -> str:
         return ControlTables(self.warehouse).eod_runs
 
+    @property
+    def day_closes(self) -> str:
+        return ControlTables(self.warehouse).day_closes
+
 
 @dataclass(frozen=True)
 class ControlTables:
@@ -121,6 +134,11 @@ class ControlTables:
     @property
     def eod_runs(self) -> str:
         return self._path("eod_runs")
+
+    @property
+    def day_closes(self) -> str:
+        """Every close of a business date, per layer (``DAY_CLOSES_SCHEMA``)."""
+        return self._path("day_closes")
 
     @property
     def run_journal(self) -> str:

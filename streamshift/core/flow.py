@@ -6,6 +6,7 @@ the write path (:mod:`streamshift.write.apply`) drives the flow's pure functions
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,6 +108,25 @@ class Completeness:
 
 
 @dataclass(frozen=True)
+class CutOff:
+    """When a business date closes with no EOD file (stage kappa): at ``time`` in ``zone`` on
+    the date, plus ``grace_seconds`` for events still on their way. ``streamshift close``
+    closes the date once that moment has passed and the stream has committed every offset
+    the topic held at it."""
+
+    time: dt.time = dt.time(18, 0)
+    zone: str = "UTC"
+    grace_seconds: int = 900
+
+    def at(self, business_date: dt.date) -> dt.datetime:
+        """The moment ``business_date`` closes (UTC): its cut-off plus the grace."""
+        from zoneinfo import ZoneInfo
+
+        local = dt.datetime.combine(business_date, self.time, ZoneInfo(self.zone))
+        return (local + dt.timedelta(seconds=self.grace_seconds)).astimezone(dt.UTC)
+
+
+@dataclass(frozen=True)
 class Flow:
     name: str
     schema: StructType
@@ -125,6 +145,8 @@ class Flow:
     retraction_values: Mapping[str, object] = field(default_factory=dict)
     # How its files signal that they are complete (a half-copied file is never loaded).
     completeness: Completeness = Completeness()
+    # When a day closes without an EOD file (stage kappa).
+    cut_off: CutOff = CutOff()
 
     @property
     def columns(self) -> list[str]:

@@ -94,3 +94,13 @@ def lower_priority(niceness: int) -> int:
     if niceness > current:
         os.setpriority(os.PRIO_PROCESS, 0, niceness)
     return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def os_user() -> str:
+    """The user running this process (recorded as who changed a stage or closed a day)."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"

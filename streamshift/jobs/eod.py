@@ -11,8 +11,10 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from streamshift.core import stages
 from streamshift.core.contract import MALFORMED, SOURCE
 from streamshift.core.flow import Flow
+from streamshift.core.processes import os_user
 from streamshift.read.tables import rows as delta_rows
 from streamshift.sources.eodfile import BadFileError, FileLayout, check_file
 from streamshift.sources.eodread import check_control_totals, read_eod_file
@@ -53,8 +55,10 @@ def run_eod(
     *,
     replace: bool = False,
     source: str = "eod",
+    closes: tuple[str, ...] = stages.STAGES[0].closes_layers,
 ) -> EodResult:
-    """Load one EOD file for ``business_date`` into ``target`` and record the run."""
+    """Load one EOD file for ``business_date`` into ``target``, record the run and close the
+    date in the layers ``closes`` (the stage's ``closes_layers``)."""
     started = time.monotonic()
     flow = target.flow
     file = file.resolve()
@@ -62,6 +66,7 @@ def run_eod(
     target.create_tables()
     with when_small([target], [business_date], files=[file]):
         result, cancelled = _load(spark, target, business_date, file, layout, replace, source)
+    target.close_day(business_date, stages.BY_EOD_LOAD, closes, by=os_user(), detail=str(file))
     return EodResult(
         business_date,
         str(file),

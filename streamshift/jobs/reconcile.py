@@ -29,9 +29,11 @@ from streamshift.control.recon import (
     record,
 )
 from streamshift.control.serving import serving_layer
+from streamshift.core import stages
 from streamshift.core.catalog import EOD_FILE, EXTERNAL, PARITY
-from streamshift.core.contract import FAILED, SOURCE
+from streamshift.core.contract import FAILED, MALFORMED, SOURCE
 from streamshift.core.flow import Flow
+from streamshift.core.processes import os_user
 from streamshift.read.control import closed_dates, current_stage
 from streamshift.sources.eodfile import FileLayout, check_file, wait_until_complete
 from streamshift.sources.eodread import check_control_totals, read_eod_file
@@ -39,13 +41,17 @@ from streamshift.write import runs
 from streamshift.write.apply import ApplyResult, apply_changes
 from streamshift.write.runs import file_digest, run_key
 from streamshift.write.target import Target, when_small
-from streamshift.write.transforms import checked_changes, latest_per_key
+from streamshift.write.transforms import (
+    checked_changes,
+    latest_per_key,
+    parse,
+    replacement_cancels,
+)
 
 if TYPE_CHECKING:
     from streamshift.core.settings import Settings
 
 EOD_CORRECTION_SOURCE = "eod_correction"
-CORRECTING_STAGES = ("stream", "kappa")
 
 
 def _say(message: str) -> None:
@@ -169,8 +175,17 @@ def _reconcile_date(
     if eod_file is not None:
         _say(f"current state vs the EOD file {eod_file}")
         reference = targets["stream"].reference
+        closed = closed_dates(settings, flow.name)
+        layer = serving_layer(stage, business_date, closed)
         current = _serving(settings, flow, targets, "current", business_date)
         in_file = _file_state(spark, flow, eod_file, business_date, reference)
+        current, in_file, late = _without_late(
+            flow, targets[layer], business_date, current, in_file
+        )
+        if late:
+            _say(
+                f"{late} keys are ahead of the file by late events after the close: late, not breaks"
+            )
         key = (flow.key,)
         result = ReconResult(
             run_id,
@@ -199,6 +214,39 @@ def _reconcile_date(
     return results
 
 
+def _without_late(
+    flow: Flow, target: Target, business_date: dt.date, current: DataFrame, in_file: DataFrame
+) -> tuple[DataFrame, DataFrame, int]:
+    """Both sides without the keys that late events (changes after the date closed) put
+    ahead of the file — a higher version, or a key the file lacks: those are late, not breaks.
+    Returns them and how many keys were set aside."""
+    late = (
+        target.table("late_events")
+        .where(
+            (F.col("flow") == F.lit(flow.name)) & (F.col("business_date") == F.lit(business_date))
+        )
+        .select(F.col("key").alias("_late_key"))
+        .distinct()
+    )
+    file_versions = in_file.select(F.col(flow.key).alias("_fk"), F.col(flow.version).alias("_fv"))
+    ahead = (
+        current.select(flow.key, flow.version)
+        .join(late, F.col(flow.key) == F.col("_late_key"))
+        .join(file_versions, F.col(flow.key) == F.col("_fk"), "left")
+        .where(F.col("_fv").isNull() | (F.col(flow.version) > F.col("_fv")))
+        .select(flow.key)
+    ).persist()
+    count = ahead.count()
+    if not count:
+        ahead.unpersist()
+        return current, in_file, 0
+    return (
+        current.join(ahead, flow.key, "left_anti"),
+        in_file.join(ahead, flow.key, "left_anti"),
+        count,
+    )
+
+
 def eod_correct(
     spark: SparkSession,
     settings: Settings,
@@ -206,12 +254,15 @@ def eod_correct(
     business_date: dt.date,
     eod_file: Path,
     target: Target | None = None,
+    *,
+    replace: bool = False,
 ) -> ApplyResult:
-    """Apply the EOD file's rows the stream layer lacks (or holds at a lower version)."""
+    """Apply the EOD file's rows the stream layer lacks (or holds at a lower version); with
+    ``replace`` (the file is the whole day), also cancel the day's live keys it lacks."""
     target = (target or Target.open(spark, settings, flow, "stream")).create_tables()
-    layout = check_file(eod_file, flow, whole_day=False)
+    layout = check_file(eod_file, flow, whole_day=replace)
     with when_small([target], [business_date], files=[eod_file]):
-        return _eod_correct(spark, flow, business_date, eod_file, target, layout)
+        return _eod_correct(spark, flow, business_date, eod_file, target, layout, replace)
 
 
 def _eod_correct(
@@ -221,16 +272,23 @@ def _eod_correct(
     eod_file: Path,
     target: Target,
     layout: FileLayout,
+    replace: bool,
 ) -> ApplyResult:
     raw = read_eod_file(spark, eod_file, flow, layout)
     check_control_totals(raw, flow, layout, eod_file)
     # Against current state as this run first saw it: a re-run after a kill derives the same
     # differences and repairs what the first attempt left undone (streamshift.write.runs).
-    key = run_key(flow.name, target.tables.layer, business_date, file_digest(eod_file))
+    mode = "replace" if replace else "delta"
+    key = run_key(flow.name, target.tables.layer, business_date, mode, file_digest(eod_file))
     run = runs.begin(spark, target, "eod-correct", key)
-    current = run.current(target).select(
-        F.col(flow.key).alias("_k"), F.col(flow.version).alias("_v")
-    )
+    # Only the dates the file holds: the correction's cost does not grow with history.
+    dates = [
+        r[0]
+        for r in parse(flow)(raw).select(flow.business_date).distinct().collect()
+        if r[0] is not None
+    ]
+    pinned = run.current(target).where(F.col(flow.business_date).isin(dates or [business_date]))
+    current = pinned.select(F.col(flow.key).alias("_k"), F.col(flow.version).alias("_v"))
     typed_key = F.trim(F.col(flow.key))
     typed_version = F.trim(F.col(flow.version)).try_cast("int")
     differing = (
@@ -238,6 +296,12 @@ def _eod_correct(
         .where(F.col("_v").isNull() | typed_version.isNull() | (typed_version > F.col("_v")))
         .drop("_k", "_v")
     )
+    differing = differing.withColumn(SOURCE, F.lit(EOD_CORRECTION_SOURCE))
+    if replace:
+        cancels = replacement_cancels(flow, pinned, raw, business_date, str(eod_file))
+        differing = differing.unionByName(
+            cancels.withColumn(MALFORMED, F.lit(None).cast("string")), allowMissingColumns=True
+        )
     _say(f"applying the EOD file's differences to the stream layer ({eod_file})")
     result = apply_changes(
         flow,
@@ -299,10 +363,16 @@ def check_reconcile(
         if path is not None:
             wait_until_complete(path, flow, settings.file_stable_seconds, _say)
     stage = current_stage(settings, flow.name)
-    if correct and (eod_file is None or stage not in CORRECTING_STAGES):
+    if correct and (eod_file is None or not stages.stage(stage).corrects):
         raise ReconcileError(
-            f"--correct applies the EOD file (--eod-file) to the stream layer in stage stream or "
-            f"kappa; {flow.name} is in stage {stage}"
+            "--correct applies the EOD file (--eod-file) to the stream layer in the stage that "
+            f"corrects ({', '.join(s.name for s in stages.STAGES if s.corrects)}); {flow.name} is "
+            f"in stage {stage}"
+            + (
+                f": {stage} has no EOD file; reprocess with replay"
+                if not stages.stage(stage).waits_for_file
+                else ""
+            )
         )
     return stage
 
@@ -317,6 +387,7 @@ def run_reconcile(
     eod_file: Path | None = None,
     parity: bool = True,
     correct: bool = False,
+    replace: bool = False,
 ) -> ReconcileRun:
     """The reconcile job: reconcile the date; with ``correct`` (stage stream or kappa) apply the
     EOD file's differences to the stream layer and reconcile again."""
@@ -342,7 +413,18 @@ def run_reconcile(
         assert eod_file is not None  # checked above
         run.before_correction = results
         run.correction = eod_correct(
-            spark, settings, flow, business_date, eod_file, target=targets["stream"]
+            spark,
+            settings,
+            flow,
+            business_date,
+            eod_file,
+            target=targets["stream"],
+            replace=replace,
         )
         run.results = reconcile()
+        # Reconciled and corrected: the date is closed; later changes for it are late.
+        now = stages.stage(stage)
+        targets["stream"].close_day(
+            business_date, now.closes_by, now.closes_layers, by=os_user(), detail=str(eod_file)
+        )
     return run

@@ -21,6 +21,7 @@ from airflow.sdk import (
     DAG,
     Asset,
     Param,
+    PokeReturnValue,
     TriggerRule,
     get_current_context,
     task,
@@ -211,8 +212,12 @@ Runs on business days after the close (or triggered with params). Finds the EOD 
 
 * `batch`, `shadow`: **load_eod_file** into the batch layer, then **reconcile** (stream vs batch in
   `shadow`; against `external_<date>.csv` when it is there);
-* `stream`, `kappa`: **correct_stream_layer** reconciles the file against the stream layer and
-  applies the differences as corrections.
+* `stream`: **correct_stream_layer** reconciles the file against the stream layer, applies the
+  differences as corrections (`mode=replace` also cancels what the whole-day file lacks) and
+  closes the date;
+* `kappa`: no EOD file: **wait_for_cut_off** until the date's cut-off plus grace has passed and
+  the stream has committed every offset the topic held then, **close_day**, then **reconcile**
+  against `external_<date>.csv` when it is there.
 
 The Spark job that writes the day also validates it with the flow's Great Expectations suites, in
 the same application; then **data_quality** gives the verdict (a `fail` expectation fails the run
@@ -256,6 +261,38 @@ the log). Backfill with
             print(f"{checked['file']}: {checked['data_lines']} data lines, columns ok")
             return checked
 
+        @task.branch(doc_md="Wait for the EOD file, or (kappa) for the date's cut-off.")
+        def file_or_cut_off(waits_for_file: bool, stage: str) -> str:
+            print(f"stage {stage}: " + ("an EOD file" if waits_for_file else "no EOD file"))
+            return "wait_for_eod_file" if waits_for_file else "wait_for_cut_off"
+
+        @task.sensor(
+            poke_interval=60,
+            timeout=24 * 3600,
+            mode="reschedule",
+            doc_md="Kappa: wait until the date's cut-off plus grace has passed and the stream has "
+            "committed every offset the topic held at it (checked without a JVM; a waiting run "
+            "holds no worker slot between pokes).",
+        )
+        def wait_for_cut_off(resolved: dict[str, Any]) -> PokeReturnValue:
+            from streamshift.control.cutoff import check_cut_off
+            from streamshift.core.registry import get_flow
+
+            day = dt.date.fromisoformat(resolved["business_date"])
+            found = check_cut_off(_settings(), get_flow(flow), day)
+            if not found.ready:
+                print(f"{flow} {day}: waiting for {found.waiting_for()}")
+            return PokeReturnValue(is_done=found.ready)
+
+        close = spark_task(
+            "close_day",
+            "spark_jobs/close.py",
+            inputs["close_args"],
+            settings,
+            "Close the date in the stream layer at its cut-off (`streamshift close`) and "
+            "validate it.",
+        )
+
         @task.branch(doc_md="Load the batch layer (batch, shadow) or correct the stream layer.")
         def choose_path(path: str, stage: str) -> str:
             print(f"stage {stage}: {path}")
@@ -276,7 +313,10 @@ the log). Backfill with
             "Reconcile the EOD file against the stream layer and apply the differences.",
         )
 
-        @task.branch(doc_md="Reconcile when there is something to reconcile against.")
+        @task.branch(
+            trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
+            doc_md="Reconcile when there is something to reconcile against.",
+        )
         def anything_to_reconcile(reconcile: bool, stage: str) -> str:
             if reconcile:
                 return "reconcile"
@@ -339,9 +379,13 @@ the log). Backfill with
         checked = check_raw_file(inputs)
         branch = choose_path(inputs["path"], inputs["stage"])
         after_load = anything_to_reconcile(inputs["reconcile"], inputs["stage"])
-        inputs >> wait >> checked >> branch
+        waiting = file_or_cut_off(inputs["waits_for_file"], inputs["stage"])
+        cut_off = wait_for_cut_off(inputs)
+        inputs >> waiting >> [wait, cut_off]
+        cut_off >> close
+        wait >> checked >> branch
         branch >> [load, correct]
-        load >> after_load >> [reconcile, quality]
+        [load, close] >> after_load >> [reconcile, quality]
         reconcile >> quality
         correct >> quality
         quality >> report
@@ -440,7 +484,7 @@ Sundays at 03:00 UTC: for every table of the flow in both layers, compaction of 
 
 def promote_dag(flows: list[str]) -> DAG:
     """``streamshift_promote``: move a flow to another stage through the promotion gate."""
-    from streamshift.control.stages import STAGES
+    from streamshift.core.stages import NAMES
 
     settings = _settings()
     with DAG(
@@ -455,7 +499,7 @@ def promote_dag(flows: list[str]) -> DAG:
         tags=["streamshift", "migration"],
         params={
             "flow": Param(flows[0] if flows else None, type="string", enum=flows),
-            "to": Param("shadow", type="string", enum=list(STAGES), description="the new stage"),
+            "to": Param("shadow", type="string", enum=list(NAMES), description="the new stage"),
             "force": Param(False, type="boolean", description="override the gate (needs reason)"),
             "reason": Param(None, type=["null", "string"], description="why; kept with the change"),
         },

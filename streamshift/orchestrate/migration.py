@@ -45,13 +45,16 @@ WORST = 10
 def flow_summary(settings: Settings, flow: str) -> dict[str, Any]:
     """Everything the page shows of one flow, as plain data."""
     from streamshift.control.report import report_dir
-    from streamshift.control.stages import GATED, STAGES, promotion_evidence
+    from streamshift.control.stages import GATED, promotion_evidence
+    from streamshift.core.catalog import PARITY
+    from streamshift.core.stages import FIRST, next_stage
+    from streamshift.core.stages import stage as stage_of
     from streamshift.quality.project import counts_by_verdict
     from streamshift.read.control import (
         breaks_of,
         latest_runs,
-        parity_by_date,
         quality_results,
+        recon_by_date,
         stage_history,
     )
 
@@ -60,9 +63,10 @@ def flow_summary(settings: Settings, flow: str) -> dict[str, Any]:
         return f"reports/{flow}/{day.isoformat()}" if exists else None
 
     history = stage_history(settings, flow)
-    stage = history[-1]["to_stage"] if history else "batch"
+    stage = history[-1]["to_stage"] if history else FIRST
     latest = latest_runs(settings, flow)
-    streak = parity_by_date(latest)[-STREAK_DAYS:]
+    # The evidence this stage makes for the next (parity in shadow, the EOD file in stream).
+    streak = recon_by_date(latest, stage_of(stage).evidence or PARITY)[-STREAK_DAYS:]
     clean_run = 0
     for day in reversed(streak):
         if not day["rows"]:  # nothing in either layer: shown, not counted (as by the gate)
@@ -102,13 +106,13 @@ def flow_summary(settings: Settings, flow: str) -> dict[str, Any]:
             },
         }
     streams = [s for s in read_status(settings.home, settings) if s.flow == flow]
-    position = STAGES.index(stage)
-    next_stage = STAGES[position + 1] if position + 1 < len(STAGES) else None
+    following = next_stage(stage)
+    next_name = following.name if following else None
     return {
         "flow": flow,
         "stage": stage,
-        "next_stage": next_stage,
-        "next_is_gated": next_stage in GATED,
+        "next_stage": next_name,
+        "next_is_gated": next_name in GATED,
         "stage_history": history,
         "evidence": {
             "window": evidence.window,

@@ -28,8 +28,8 @@ from streamshift.core.heartbeat import query_name, read_heartbeat
 from streamshift.core.processes import pid_alive
 from streamshift.core.registry import flow_names
 from streamshift.core.settings import REPO_ROOT, Settings
+from streamshift.core.stages import stage as stage_of
 
-STREAMING_STAGES = ("shadow", "stream", "kappa")
 LAYER = "stream"
 
 
@@ -139,7 +139,7 @@ def supervise(settings: Settings, stages: dict[str, str] | None = None) -> list[
     for flow in flow_names():
         stage = (stages or {}).get(flow) or current_stage(settings, flow)
         name = query_name(flow, LAYER)
-        if stage not in STREAMING_STAGES:
+        if not stage_of(stage).streams:
             actions.append(
                 {"flow": flow, "action": "none", "line": f"{name}: stage {stage} runs no stream"}
             )

@@ -19,14 +19,13 @@ from typing import Any
 
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.settings import Settings
+from streamshift.core.stages import stage as stage_of
 from streamshift.quality.project import QualityError, QualityRun, datasets, new_run_id
 
 MODES = ("delta", "replace")
 # Spark jobs queue for this pool's slots (one on the local stack: two cores); runs waiting for
 # their files hold none, so a backfill never waits behind today's sensor.
 SPARK_POOL = "streamshift_spark"
-# Stages whose EOD run loads the batch layer; the others correct the stream layer.
-LOADING_STAGES = ("batch", "shadow")
 # The JSON-schema pattern of the ``file`` param: relative, no '..' segment.
 FILE_PATTERN = r"^(?!/)(?!.*(^|/)\.\.(/|$))[A-Za-z0-9_.=+@,/-]+$"
 
@@ -88,13 +87,17 @@ def resolve_inputs(
         raise InputError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     landing = landing_dir(settings, flow)
     path = resolve_in_landing(landing, params.get("file") or default_file(flow, business_date))
-    loading = stage in LOADING_STAGES
+    now = stage_of(stage)
     common = ["--flow", flow, "--date", business_date]
     # The Spark job that writes the day (load or correction) validates it in the same
     # application, recorded under this id; the data_quality task reads the verdict.
     quality_run = new_run_id()
     against = _against(settings, flow, business_date)
-    reconcile_args = reconcile_arguments(settings, flow, business_date, stage)
+    # The correction job reconciles the file itself (and the external file when there).
+    reconcile_args = (
+        [] if now.corrects else reconcile_arguments(settings, flow, business_date, stage)
+    )
+    replace = ["--replace"] if mode == "replace" else []
     return {
         "flow": flow,
         "business_date": business_date,
@@ -102,8 +105,12 @@ def resolve_inputs(
         "file": str(path),
         "stage": stage,
         "external": against[1] if against else None,
-        "path": "load_eod_file" if loading else "correct_stream_layer",
-        # Batch: only an external file to reconcile against; shadow: stream vs batch too.
+        "path": {"load": "load_eod_file", "correct": "correct_stream_layer"}.get(
+            now.eod, "close_day"
+        ),
+        "waits_for_file": now.waits_for_file,
+        # Batch: only an external file to reconcile against; shadow: stream vs batch too;
+        # kappa: the external file.
         "reconcile": bool(reconcile_args),
         "load_args": [
             *common,
@@ -113,9 +120,10 @@ def resolve_inputs(
         "reconcile_args": reconcile_args,
         "correct_args": [
             *common,
-            *("--eod-file", str(path), "--correct", "--no-parity", *against),
+            *("--eod-file", str(path), "--correct", *replace, "--no-parity", *against),
             *("--quality-run", quality_run),
         ],
+        "close_args": [*common, "--quality-run", quality_run],
         "quality_run": quality_run,
     }
 
@@ -127,14 +135,18 @@ def _against(settings: Settings, flow: str, business_date: str) -> list[str]:
 
 
 def reconcile_arguments(settings: Settings, flow: str, business_date: str, stage: str) -> list[str]:
-    """``spark_jobs/reconcile.py`` arguments for a date: stream vs batch in ``shadow``, and
-    against the landed external file when there is one; empty when there is nothing to
-    reconcile against."""
+    """``spark_jobs/reconcile.py`` arguments for a date: stream vs batch where the stage
+    reconciles parity (shadow), the EOD file against the stream layer where the stage corrects
+    with it (stream; when the day's file is in the landing folder), and against the landed
+    external file when there is one; empty when there is nothing to reconcile against."""
+    now = stage_of(stage)
     against = _against(settings, flow, business_date)
-    if stage != "shadow" and not against:
+    eod = landing_dir(settings, flow) / default_file(flow, business_date)
+    eod_file = ["--eod-file", str(eod)] if now.corrects and eod.exists() else []
+    if not now.parity and not against and not eod_file:
         return []
-    parity = [] if stage == "shadow" else ["--no-parity"]
-    return ["--flow", flow, "--date", business_date, *against, *parity]
+    parity = [] if now.parity else ["--no-parity"]
+    return ["--flow", flow, "--date", business_date, *against, *eod_file, *parity]
 
 
 class ForceRefused(StreamshiftError):

@@ -12,6 +12,7 @@ from typing import Any
 
 from streamshift.core.catalog import PARITY, ControlTables
 from streamshift.core.settings import Settings
+from streamshift.core.stages import FIRST
 from streamshift.read.tables import rows
 
 
@@ -28,24 +29,42 @@ def stage_history(settings: Settings, flow: str) -> list[dict[str, Any]]:
 def current_stage(settings: Settings, flow: str) -> str:
     """The flow's migration stage: the last recorded change's target (``batch`` before any)."""
     history = stage_history(settings, flow)
-    return str(history[-1]["to_stage"]) if history else "batch"
+    return str(history[-1]["to_stage"]) if history else FIRST
 
 
-def closed_dates(settings: Settings, flow: str) -> set[dt.date]:
-    """Business dates an EOD run has closed for ``flow`` (any layer)."""
-    return closed_dates_in(_control(settings).eod_runs, flow)
+def closed_dates(settings: Settings, flow: str, layer: str | None = None) -> set[dt.date]:
+    """Business dates closed for ``flow`` (in ``layer``, or in any layer): by the EOD load,
+    the EOD file's reconciliation or the cut-off, as the stage says."""
+    return closed_dates_in(_control(settings).day_closes, flow, layer)
 
 
-def closed_dates_in(eod_runs: str, flow: str) -> set[dt.date]:
-    """:func:`closed_dates` from the ``eod_runs`` table at ``eod_runs``."""
-    return {r["business_date"] for r in rows(eod_runs, ["business_date"], [("flow", "=", flow)])}
+def closed_dates_in(day_closes: str, flow: str, layer: str | None = None) -> set[dt.date]:
+    """:func:`closed_dates` from the ``day_closes`` table at ``day_closes``."""
+    where: list[tuple[str, str, Any]] = [("flow", "=", flow)]
+    if layer is not None:
+        where.append(("layer", "=", layer))
+    return {r["business_date"] for r in rows(day_closes, ["business_date"], where)}
 
 
-def latest_runs(settings: Settings, flow: str) -> list[dict[str, Any]]:
+def day_closes(
+    settings: Settings, flow: str, business_date: dt.date | None = None
+) -> list[dict[str, Any]]:
+    """The recorded closes of ``flow`` (of one date), oldest first."""
+    where: list[tuple[str, str, Any]] = [("flow", "=", flow)]
+    if business_date is not None:
+        where.append(("business_date", "=", business_date))
+    return sorted(rows(_control(settings).day_closes, where=where), key=lambda r: r["closed_at"])
+
+
+def latest_runs(settings: Settings, flow: str, stage: str | None = None) -> list[dict[str, Any]]:
     """The latest run of each reconciliation of each business date (a date re-reconciled
-    after a repair counts by its newest result), by date then reconciliation."""
+    after a repair counts by its newest result), by date then reconciliation; with ``stage``,
+    only runs made in that stage."""
     latest: dict[tuple[dt.date, str], dict[str, Any]] = {}
-    for run in rows(_control(settings).recon_runs, where=[("flow", "=", flow)]):
+    where: list[tuple[str, str, Any]] = [("flow", "=", flow)]
+    if stage is not None:
+        where.append(("stage", "=", stage))
+    for run in rows(_control(settings).recon_runs, where=where):
         key = (run["business_date"], run["recon"])
         if key not in latest or run["run_at"] > latest[key]["run_at"]:
             latest[key] = run
@@ -55,9 +74,15 @@ def latest_runs(settings: Settings, flow: str) -> list[dict[str, Any]]:
 def parity_by_date(latest: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per business date, oldest first: clean when every view's latest parity run is clean;
     total breaks; rows compared (both sides, every view); the newest run id."""
+    return recon_by_date(latest, PARITY)
+
+
+def recon_by_date(latest: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    """:func:`parity_by_date` for the reconciliations of ``kind`` (``parity`` counts every
+    view's ``parity:<view>``)."""
     dates: dict[dt.date, dict[str, Any]] = {}
     for run in latest:
-        if not run["recon"].startswith(PARITY):
+        if run["recon"] != kind and not run["recon"].startswith(f"{kind}:"):
             continue
         day = dates.setdefault(
             run["business_date"],

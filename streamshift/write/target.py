@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from streamshift.core.catalog import (
+    DAY_CLOSES_SCHEMA,
     EOD_RUNS_SCHEMA,
     LATE_EVENTS_SCHEMA,
     QUARANTINE_SCHEMA,
@@ -29,6 +30,7 @@ from streamshift.core.contract import IS_DELETED, SOURCE
 from streamshift.core.flow import Flow, Reference
 from streamshift.read.control import closed_dates_in
 from streamshift.spark import interpreted, is_interpreted
+from streamshift.write.commits import append
 from streamshift.write.transforms import checked_changes, raw_schema, state_columns
 
 if TYPE_CHECKING:
@@ -253,6 +255,7 @@ class Target:
         ensure_table(self.spark, tables.quarantine, QUARANTINE_SCHEMA)
         ensure_table(self.spark, tables.late_events, LATE_EVENTS_SCHEMA, ("business_date",))
         ensure_table(self.spark, tables.eod_runs, EOD_RUNS_SCHEMA)
+        ensure_table(self.spark, tables.day_closes, DAY_CLOSES_SCHEMA)
         for view in flow.views:
             ensure_table(
                 self.spark,
@@ -297,13 +300,49 @@ class Target:
         return self.current_bytes(dates) < INTERPRET_BELOW_BYTES
 
     def closed_dates(self) -> set[dt.date]:
-        """Business dates an EOD run has closed for this flow (any layer).
+        """Business dates closed for this flow in this layer (``day_closes``).
 
-        Re-read only when ``eod_runs`` has a new commit: a streaming job asks every batch.
+        Re-read only when ``day_closes`` has a new commit: a streaming job asks every batch.
         """
-        version = delta_log_version(self.spark, self.tables.eod_runs)
+        path = self.tables.day_closes
+        version = delta_log_version(self.spark, path)
         if version < 0:
             return set()
         if self._closed is None or self._closed[0] != version:
-            self._closed = (version, closed_dates_in(self.tables.eod_runs, self.flow.name))
+            closed = closed_dates_in(path, self.flow.name, self.tables.layer)
+            self._closed = (version, closed)
         return set(self._closed[1])
+
+    def close_day(
+        self,
+        business_date: dt.date,
+        how: str,
+        layers: Iterable[str],
+        *,
+        by: str,
+        reason: str | None = None,
+        detail: str | None = None,
+    ) -> None:
+        """Record ``business_date`` closed in ``layers`` (one commit): later changes for it
+        are late events there."""
+        path = self.tables.day_closes
+        ensure_table(self.spark, path, DAY_CLOSES_SCHEMA)
+        rows = [
+            (self.flow.name, layer, business_date, how, by, reason, detail)
+            for layer in dict.fromkeys(layers)
+        ]
+        frame = self.spark.createDataFrame(
+            rows,
+            "flow STRING, layer STRING, business_date DATE, how STRING, closed_by STRING, "
+            "reason STRING, detail STRING",
+        ).select(
+            "flow",
+            "layer",
+            "business_date",
+            "how",
+            F.current_timestamp().alias("closed_at"),
+            "closed_by",
+            "reason",
+            "detail",
+        )
+        append(frame, path)

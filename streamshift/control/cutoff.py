@@ -1,0 +1,167 @@
+"""Closing a business date at its cut-off (stage kappa), asked without a JVM.
+
+A date may close once its cut-off plus grace (:class:`streamshift.core.flow.CutOff`) has
+passed and the stream job has committed every offset the topic held at that moment. The
+offsets are the broker's: per partition, the first offset stamped at or after the moment
+(``offsets_for_times``), or the partition's end when nothing came after it — so a partition
+that has been idle since before the cut-off needs nothing more and cannot hold the day open.
+What the stream has committed is read from its checkpoint (the end offsets of the last batch
+with a commit), the same record Spark resumes from.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from streamshift.core.errors import StreamshiftError
+from streamshift.core.flow import Flow
+from streamshift.core.heartbeat import query_name
+from streamshift.core.settings import Settings
+
+STREAM_LAYER = "stream"
+
+
+class CloseRefused(StreamshiftError):
+    """The date cannot close yet (or the request is malformed); says what it waits for."""
+
+    final = True
+
+
+@dataclass(frozen=True)
+class CutOffCheck:
+    flow: str
+    business_date: dt.date
+    at: dt.datetime  # the cut-off plus grace, UTC
+    now: dt.datetime
+    topic: str
+    needed: dict[int, int] = field(default_factory=dict)  # partition -> offsets to commit
+    committed: dict[int, int] = field(default_factory=dict)  # partition -> committed end
+
+    @property
+    def due(self) -> bool:
+        return self.now >= self.at
+
+    @property
+    def behind(self) -> dict[int, int]:
+        """Partitions whose committed offset is short of what the cut-off needs: events behind."""
+        return {
+            p: need - self.committed.get(p, 0)
+            for p, need in sorted(self.needed.items())
+            if self.committed.get(p, 0) < need
+        }
+
+    @property
+    def ready(self) -> bool:
+        return self.due and not self.behind
+
+    def waiting_for(self) -> str:
+        """What the close waits for, in words ('' when ready)."""
+        if not self.due:
+            return (
+                f"the cut-off of {self.business_date} plus grace, {self.at:%Y-%m-%d %H:%M:%S} UTC "
+                f"({(self.at - self.now).total_seconds():.0f}s from now)"
+            )
+        if self.behind:
+            parts = ", ".join(
+                f"partition {p}: committed {self.committed.get(p, 0)} of {self.needed[p]}"
+                for p in self.behind
+            )
+            return (
+                f"the stream job ({query_name(self.flow, STREAM_LAYER)}) to commit the offsets "
+                f"{self.topic} held at the cut-off ({parts}); is the stream running? "
+                "(streamshift status)"
+            )
+        return ""
+
+    def detail(self) -> str:
+        return json.dumps(
+            {
+                "cut_off": self.at.isoformat(),
+                "topic": self.topic,
+                "needed": {str(p): o for p, o in sorted(self.needed.items())},
+                "committed": {str(p): o for p, o in sorted(self.committed.items())},
+            }
+        )
+
+
+def committed_offsets(checkpoint: Path, topic: str) -> dict[int, int]:
+    """The end offsets of ``topic`` the stream's last committed batch reached (empty when the
+    query has committed nothing). Reads Spark's checkpoint: ``commits/<n>`` marks batch ``n``
+    done; ``offsets/<n>``'s last line holds its end offsets per topic and partition."""
+    commits = [int(p.name) for p in (checkpoint / "commits").glob("*") if p.name.isdigit()]
+    if not commits:
+        return {}
+    lines = (checkpoint / "offsets" / str(max(commits))).read_text().splitlines()
+    for line in reversed(lines):
+        try:
+            sources = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(sources, dict) and topic in sources:
+            return {int(p): int(o) for p, o in sources[topic].items()}
+    return {}
+
+
+def topic_offsets_at(settings: Settings, topic: str, at: dt.datetime) -> dict[int, int]:
+    """Per partition of ``topic``: the offsets it held at ``at`` (the first offset stamped at
+    or after ``at``, or the end offset when none is)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer(
+        {
+            **settings.kafka_client_config(),
+            "group.id": "streamshift-close",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=10)
+        info = metadata.topics.get(topic)
+        if info is None or info.error is not None or not info.partitions:
+            raise CloseRefused(
+                f"topic {topic} does not exist on {settings.kafka_bootstrap}: nothing has "
+                "streamed for this flow; start it (streamshift stream) or close with --force "
+                "--reason TEXT"
+            )
+        millis = int(at.timestamp() * 1000)
+        asked = [TopicPartition(topic, p, millis) for p in sorted(info.partitions)]
+        found = consumer.offsets_for_times(asked, timeout=10)
+        out = {}
+        for tp in found:
+            if tp.offset >= 0:
+                out[tp.partition] = tp.offset
+            else:  # nothing at or after ``at``: everything it holds came before
+                out[tp.partition] = consumer.get_watermark_offsets(tp, timeout=10)[1]
+        return out
+    except KafkaException as exc:
+        raise CloseRefused(
+            f"cannot read {topic}'s offsets from {settings.kafka_bootstrap} ({exc}); start the "
+            "broker (streamshift kafka up) and try again"
+        ) from None
+    finally:
+        consumer.close()
+
+
+def check_cut_off(
+    settings: Settings, flow: Flow, business_date: dt.date, now: dt.datetime | None = None
+) -> CutOffCheck:
+    """Whether ``business_date`` may close at its cut-off now, and what it waits for."""
+    now = now or dt.datetime.now(dt.UTC)
+    at = flow.cut_off.at(business_date)
+    topic = flow.name  # streamshift.sources.events.topic_for
+    check = CutOffCheck(flow.name, business_date, at, now, topic)
+    if not check.due:
+        return check
+    checkpoint = settings.checkpoints / query_name(flow.name, STREAM_LAYER)
+    return CutOffCheck(
+        flow.name,
+        business_date,
+        at,
+        now,
+        topic,
+        topic_offsets_at(settings, topic, at),
+        committed_offsets(checkpoint, topic),
+    )
