@@ -68,8 +68,10 @@ def stages_table() -> str:
         "stream": "the stream layer",
     }
     rows = [
-        "| stage | the stream job | the EOD DAG (`eod_<flow>`) | a day closes by (layers) "
-        "| evidence it makes for the next stage | readers are served |",
+        (
+            "| stage | the stream job | the EOD DAG (`eod_<flow>`) | a day closes by (layers) "
+            "| evidence it makes for the next stage | readers are served |"
+        ),
         "|---|---|---|---|---|---|",
     ]
     for s in S.STAGES:
@@ -113,8 +115,10 @@ def cli_reference() -> str:
     parts = [
         "# The `streamshift` command",
         "",
-        "Generated from the code (`python -m streamshift.readme`); `streamshift <command> --help` "
-        "prints the same.",
+        (
+            "Generated from the code (`python -m streamshift.readme`); "
+            "`streamshift <command> --help` prints the same."
+        ),
     ]
     for name, sub in commands.choices.items():
         parts += ["", f"## `streamshift {name}`", "", "```", sub.format_help().rstrip(), "```"]

@@ -49,6 +49,11 @@ def test_promote_is_gated_and_recorded_and_reconcile_fails_on_breaks_when_asked(
         in recon.stdout
     )
 
+    before = _run(tmp_path, "stage", "--flow", "trades")
+    assert "evidence for stream (last 2 reconciled dates, stream vs batch, in stage shadow)" in (
+        before.stdout
+    )
+    assert "2026-11-20  1 breaks" in before.stdout
     forced = _run(
         tmp_path,
         "promote",
@@ -63,5 +68,9 @@ def test_promote_is_gated_and_recorded_and_reconcile_fails_on_breaks_when_asked(
     assert forced.returncode == 0 and "FORCED: pilot desk" in forced.stdout
     stage = _run(tmp_path, "stage", "--flow", "trades")
     assert "trades: stage stream" in stage.stdout
-    assert "2026-11-20  1 breaks" in stage.stdout
+    # In stream, the evidence shown is what kappa needs: the EOD file's reconciliations.
+    assert (
+        "evidence for kappa" in stage.stdout and "the EOD file vs the stream layer" in stage.stdout
+    )
+    assert "not enough: only 0 of the 2" in stage.stdout
     assert "shadow → stream  by" in stage.stdout and "FORCED (pilot desk)" in stage.stdout

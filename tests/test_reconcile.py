@@ -110,7 +110,15 @@ def test_tables_show_values_without_binary_noise() -> None:
     ]
 
 
-def _record_parity(spark, settings, day: dt.date, breaks: int, compared: int = 10) -> None:  # type: ignore[no-untyped-def]
+def _record_parity(  # type: ignore[no-untyped-def]
+    spark,
+    settings,
+    day: dt.date,
+    breaks: int,
+    compared: int = 10,
+    recon: str = "parity",
+    stage: str = "shadow",
+) -> None:
     rows = [("missing_right", f"k{i}", None, "{}", None, None) for i in range(breaks)]
     frame = spark.createDataFrame(
         rows,
@@ -122,8 +130,8 @@ def _record_parity(spark, settings, day: dt.date, breaks: int, compared: int = 1
         settings,
         FLOW,
         frame,
-        ReconResult(f"run-{day}", "parity", day, "batch", "stream", compared, compared - breaks),
-        "shadow",
+        ReconResult(f"run-{day}", recon, day, "batch", "stream", compared, compared - breaks),
+        stage,
     )
 
 
@@ -160,6 +168,17 @@ def test_promotion_gate_refuses_names_dates_and_records_every_change(
         promote(spark, s, FLOW.name, "kappa", force=True)
     promote(spark, s, FLOW.name, "shadow", by="carol")  # demotion: always allowed
     _record_parity(spark, s, days[3], 5)
+    # The Migration page shows the empty date greyed, not counted in the clean run: the newest
+    # date with data (day 3, 5 breaks) ends it.
+    summary = flow_summary(s, FLOW.name)
+    assert [(d["business_date"], d["rows"]) for d in summary["parity_streak"]][-2:] == [
+        (days[3], 15),
+        (days[4], 0),
+    ]
+    assert summary["clean_days_in_a_row"] == 0
+    page = render([summary], "tester")
+    assert f"<li class='day empty' data-date='{days[4]}'" in page
+    assert f"<li class='day breaks' data-date='{days[3]}'" in page
     promote(
         spark,
         s,
@@ -181,14 +200,20 @@ def test_promotion_gate_refuses_names_dates_and_records_every_change(
     ]
     assert current_stage(s, FLOW.name) == "stream"
 
-    # The Migration page shows the empty date greyed, not counted in the clean run: the newest
-    # date with data (day 3, 5 breaks) ends it.
-    summary = flow_summary(s, FLOW.name)
-    assert [(d["business_date"], d["rows"]) for d in summary["parity_streak"]][-2:] == [
-        (days[3], 15),
-        (days[4], 0),
-    ]
-    assert summary["clean_days_in_a_row"] == 0
-    page = render([summary], "tester")
-    assert f"<li class='day empty' data-date='{days[4]}'" in page
-    assert f"<li class='day breaks' data-date='{days[3]}'" in page
+    # Into kappa, the evidence is stage stream's reconciliations of the EOD file: clean parity
+    # (made in shadow) is not it, nor an EOD-file reconciliation made in another stage.
+    _record_parity(spark, s, days[3], 0)
+    _record_parity(spark, s, days[4], 0, recon="eod_file", stage="shadow")
+    with pytest.raises(PromotionRefused) as refused:
+        promote(spark, s, FLOW.name, "kappa")
+    message = str(refused.value)
+    assert "the EOD file vs the stream layer, reconciled in stage stream" in message
+    assert "only 0 of the 3" in message
+    for day in days[:3]:
+        _record_parity(spark, s, day, 0, recon="eod_file", stage="stream")
+    change = promote(spark, s, FLOW.name, "kappa", by="erin")
+    assert change.evidence is not None and change.evidence.kind == "eod_file"
+    assert [d["business_date"] for d in change.evidence.dates] == [days[2], days[1], days[0]]
+    assert flow_summary(s, FLOW.name)["next_stage"] is None
+    promote(spark, s, FLOW.name, "stream", by="frank")  # demotion kappa -> stream
+    assert current_stage(s, FLOW.name) == "stream"

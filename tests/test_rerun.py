@@ -195,7 +195,11 @@ def test_a_job_killed_after_any_commit_and_run_again_ends_as_one_clean_run(
     assert _state(_target(spark, clean, layer, reference)) == expected
     assert commits >= 4
 
-    for k in range(1, commits + 1):
+    # A delta load pins nothing (its input is the file alone) and takes the same write-path
+    # steps as the replacement, whose matrix kills at every commit: it is killed at its first,
+    # middle and last commit.
+    kills = range(1, commits + 1) if job != "eod" else sorted({1, commits // 2, commits})
+    for k in kills:
         root = tmp_path / f"killed-{k}"
         shutil.copytree(base, root)
         kill_after(k)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.flow import Flow
-from streamshift.core.heartbeat import query_name
+from streamshift.core.heartbeat import query_name, read_heartbeat
 from streamshift.core.settings import Settings
 
 STREAM_LAYER = "stream"
@@ -122,7 +122,7 @@ def topic_offsets_at(settings: Settings, topic: str, at: dt.datetime) -> dict[in
         info = metadata.topics.get(topic)
         if info is None or info.error is not None or not info.partitions:
             raise CloseRefused(
-                f"topic {topic} does not exist on {settings.kafka_bootstrap}: nothing has "
+                f"topic {topic} does not exist on {settings.kafka_bootstrap_servers}: nothing has "
                 "streamed for this flow; start it (streamshift stream) or close with --force "
                 "--reason TEXT"
             )
@@ -138,7 +138,7 @@ def topic_offsets_at(settings: Settings, topic: str, at: dt.datetime) -> dict[in
         return out
     except KafkaException as exc:
         raise CloseRefused(
-            f"cannot read {topic}'s offsets from {settings.kafka_bootstrap} ({exc}); start the "
+            f"cannot read {topic}'s offsets from {settings.kafka_bootstrap_servers} ({exc}); start the "
             "broker (streamshift kafka up) and try again"
         ) from None
     finally:
@@ -148,10 +148,12 @@ def topic_offsets_at(settings: Settings, topic: str, at: dt.datetime) -> dict[in
 def check_cut_off(
     settings: Settings, flow: Flow, business_date: dt.date, now: dt.datetime | None = None
 ) -> CutOffCheck:
-    """Whether ``business_date`` may close at its cut-off now, and what it waits for."""
+    """Whether ``business_date`` may close at its cut-off now, and what it waits for. The
+    topic is the one the stream job reads (its heartbeat names it), else the flow's."""
     now = now or dt.datetime.now(dt.UTC)
     at = flow.cut_off.at(business_date)
-    topic = flow.name  # streamshift.sources.events.topic_for
+    beat = read_heartbeat(settings.home, flow.name, STREAM_LAYER) or {}
+    topic = str(beat.get("topic") or flow.name)  # streamshift.sources.events.topic_for
     check = CutOffCheck(flow.name, business_date, at, now, topic)
     if not check.due:
         return check

@@ -28,9 +28,7 @@ QUARANTINE_SCHEMA = (
     "flow STRING, source STRING, source_ref STRING, raw_payload STRING, rule STRING, "
     "rules STRING, business_date DATE, batch_id STRING, quarantined_at TIMESTAMP"
 )
-LATE_EVENTS_SCHEMA = (
-    "flow STRING, business_date DATE, key STRING, version INT, arrived_at TIMESTAMP, source STRING"
-)
+LATE_EVENTS_SCHEMA = "flow STRING, business_date DATE, key STRING, version BIGINT, arrived_at TIMESTAMP, source STRING"
 EOD_RUNS_SCHEMA = (
     "flow STRING, layer STRING, business_date DATE, file STRING, mode STRING, "
     "received BIGINT, accepted BIGINT, rejected BIGINT, late BIGINT, run_at TIMESTAMP"

@@ -31,7 +31,7 @@ from streamshift.control.recon import (
 from streamshift.control.serving import serving_layer
 from streamshift.core import stages
 from streamshift.core.catalog import EOD_FILE, EXTERNAL, PARITY
-from streamshift.core.contract import FAILED, MALFORMED, SOURCE
+from streamshift.core.contract import FAILED, IS_DELETED, MALFORMED, SOURCE
 from streamshift.core.flow import Flow
 from streamshift.core.processes import os_user
 from streamshift.read.control import closed_dates, current_stage
@@ -179,6 +179,7 @@ def _reconcile_date(
         layer = serving_layer(stage, business_date, closed)
         current = _serving(settings, flow, targets, "current", business_date)
         in_file = _file_state(spark, flow, eod_file, business_date, reference)
+        current = _without_cancelled_absent(flow, current, in_file)
         current, in_file, late = _without_late(
             flow, targets[layer], business_date, current, in_file
         )
@@ -212,6 +213,18 @@ def _reconcile_date(
             )
         )
     return results
+
+
+def _without_cancelled_absent(flow: Flow, current: DataFrame, in_file: DataFrame) -> DataFrame:
+    """``current`` without the keys it holds cancelled that the file does not list (a whole-day
+    file's replacement cancelled them): both sides agree they are not live."""
+    listed = in_file.select(F.col(flow.key).alias("_listed"))
+    cancelled_absent = (
+        current.where(F.col(IS_DELETED))
+        .join(listed, F.col(flow.key) == F.col("_listed"), "left_anti")
+        .select(flow.key)
+    )
+    return current.join(cancelled_absent, flow.key, "left_anti")
 
 
 def _without_late(

@@ -65,8 +65,12 @@ def produce_rows(
     rate: float = 0.0,
     progress: bool = True,
     on_sent=None,
+    timestamp_ms: int | None = None,
 ) -> ProduceResult:  # type: ignore[no-untyped-def]
-    """Send ``rows`` as events; ``on_sent(i, t)`` is called with each row's send time."""
+    """Send ``rows`` as events; ``on_sent(i, t)`` is called with each row's send time.
+    ``timestamp_ms`` stamps every message with that time (default: the send time), as a
+    source system that sends what it recorded earlier does."""
+    stamp = {} if timestamp_ms is None else {"timestamp": timestamp_ms}
     from confluent_kafka import KafkaException, Producer
 
     topic = topic or topic_for(flow)
@@ -95,7 +99,7 @@ def produce_rows(
         key, value = encode_event(flow, row)
         while True:
             try:
-                producer.produce(topic, key=key, value=value, on_delivery=delivered)
+                producer.produce(topic, key=key, value=value, on_delivery=delivered, **stamp)
                 break
             except BufferError:  # local queue full: let deliveries drain
                 producer.poll(0.1)

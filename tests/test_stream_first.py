@@ -1,0 +1,193 @@
+"""The stream-first destination on real Kafka, Spark and Delta, for every flow: in stage stream
+the EOD file's reconciliation closes the day, a replacement cancels what the whole-day file
+lacks, and late events after the close are recorded and reconcile as late, not as breaks; in
+stage kappa a day closes at its cut-off only once the stream has committed the offsets the
+topic held then, and later events for it are late.
+
+Oracles come from the input files: the whole-day file says which keys live at which version.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from pyspark.sql import functions as F
+
+from streamshift.control.cutoff import CloseRefused, check_cut_off
+from streamshift.control.serving import view_rows
+from streamshift.control.stages import promote
+from streamshift.core.contract import IS_DELETED
+from streamshift.core.registry import get_generator
+from streamshift.jobs import close
+from streamshift.jobs.reconcile import ReconcileError, check_reconcile, run_reconcile
+from streamshift.read.control import closed_dates, day_closes, late_dates_to_reconcile
+from streamshift.sources.produce import produce_rows, read_rows
+from streamshift.write.target import Target, read
+from tests.cli_support import run_cli
+from tests.stream_support import drain, isolated, new_topic, oracle
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
+
+TODAY = dt.datetime.now(dt.UTC).date()
+
+
+def _live(spark, target: Target, day: dt.date) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    flow = target.flow
+    rows = (
+        read(spark, target.tables.current)
+        .where((F.col(flow.business_date) == F.lit(day)) & ~F.col(IS_DELETED))
+        .select(flow.key, flow.version)
+        .collect()
+    )
+    return {str(r[0]): int(r[1]) for r in rows}
+
+
+def _forced_to(spark, settings, flow: str, stage: str) -> None:  # type: ignore[no-untyped-def]
+    for step in ("shadow", "stream", "kappa")[: ("shadow", "stream", "kappa").index(stage) + 1]:
+        promote(spark, settings, flow, step, force=True, reason="test set-up", by="test")
+
+
+def test_stage_stream_closes_replaces_and_takes_late_data(
+    spark, kafka_settings, any_flow, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    FLOW = any_flow
+    settings = isolated(kafka_settings, tmp_path / "home", promotion_window=1)
+    topic = new_topic(FLOW.name)
+    day = TODAY - dt.timedelta(days=1)
+    files = get_generator(FLOW.name)(day, 40, tmp_path / "day", seed=7, progress=False)
+    _forced_to(spark, settings, FLOW.name, "stream")
+    stream = Target.open(spark, settings, FLOW, "stream")
+
+    # The stream misses the file's first row.
+    eod_rows = read_rows(files.eod, FLOW)
+    produce_rows(settings, FLOW, eod_rows[1:], topic=topic, progress=False)
+    drain(spark, settings, topic, flow=FLOW)
+    assert day not in closed_dates(settings, FLOW.name)
+
+    # The EOD file's reconciliation corrects the stream layer and closes the day there.
+    run = run_reconcile(spark, settings, FLOW, day, eod_file=files.eod, parity=False, correct=True)
+    assert run.before_correction[0].by_kind["missing_left"] == 1
+    assert run.correction is not None and run.correction.applied == 1
+    assert run.results[0].clean
+    closes = day_closes(settings, FLOW.name, day)
+    assert [(c["layer"], c["how"]) for c in closes] == [("stream", "eod_file")]
+    expected = oracle(spark, eod_rows, stream.reference, FLOW)
+    columns = expected["state_columns"]
+    k, v, bd, dl = (
+        columns.index(c) for c in (FLOW.key, FLOW.version, FLOW.business_date, IS_DELETED)
+    )
+    live_eod = {str(r[k]): int(r[v]) for r in expected["current"] if r[bd] == day and not r[dl]}
+    assert _live(spark, stream, day) == live_eod
+
+    # A whole-day replacement: what the file lacks is cancelled, what it changed is applied.
+    replaced = run_reconcile(
+        spark,
+        settings,
+        FLOW,
+        day,
+        eod_file=files.replacement,
+        parity=False,
+        correct=True,
+        replace=True,
+    )
+    in_replacement = {
+        r[FLOW.key].strip(): int(r[FLOW.version]) for r in read_rows(files.replacement, FLOW)
+    }
+    assert _live(spark, stream, day) == in_replacement
+    assert set(live_eod) - set(in_replacement), "the replacement drops keys"
+    assert replaced.results[0].clean, replaced.describe()
+    positions = FLOW.views[0]
+    want = oracle(spark, read_rows(files.replacement, FLOW), stream.reference, FLOW)["positions"]
+    got = sorted(
+        (
+            tuple(r)
+            for r in read(spark, stream.tables.view(positions.name))
+            .where(F.col(FLOW.business_date) == F.lit(day))
+            .collect()
+        ),
+        key=repr,
+    )
+    assert got == want
+
+    # Late events after the close: applied, recorded as late, and not breaks.
+    late_rows = read_rows(files.late, FLOW)
+    produce_rows(settings, FLOW, late_rows, topic=topic, progress=False)
+    drained = drain(spark, settings, topic, flow=FLOW)
+    assert drained.totals.late == len(late_rows)
+    recorded = view_rows(settings, FLOW, "stream", "late_events").as_dicts()
+    assert {r["key"] for r in recorded} == {r[FLOW.key].strip() for r in late_rows}
+    assert {r["business_date"] for r in recorded} == {day}
+    assert late_dates_to_reconcile(settings, FLOW.name) == [day]
+    again = run_reconcile(spark, settings, FLOW, day, eod_file=files.replacement, parity=False)
+    assert again.results[0].clean, again.describe()
+    assert set(_live(spark, stream, day)) == set(in_replacement) | {
+        r[FLOW.key].strip() for r in late_rows
+    }
+
+    # Evidence for kappa: stage stream's clean EOD-file reconciliation (window 1).
+    change = promote(spark, settings, FLOW.name, "kappa", by="test")
+    assert change.evidence is not None and change.evidence.kind == "eod_file"
+    assert [d["business_date"] for d in change.evidence.dates] == [day]
+
+
+def test_kappa_closes_at_the_cut_off_once_the_stream_passed_it(
+    spark, kafka_settings, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    from flows.trades import FLOW
+
+    settings = isolated(kafka_settings, tmp_path / "home")
+    topic = new_topic(FLOW.name)
+    day = TODAY - dt.timedelta(days=2)
+    files = get_generator(FLOW.name)(day, 20, tmp_path / "day", seed=3, progress=False)
+    _forced_to(spark, settings, FLOW.name, "kappa")
+    drain(spark, settings, topic, flow=FLOW)  # the stream job is up on its (empty) topic
+
+    # Refused before the cut-off, saying when.
+    tomorrow = close.CloseRequest(FLOW.name, TODAY + dt.timedelta(days=1))
+    with pytest.raises(CloseRefused, match="plus grace, .* from now"):
+        close.check(settings, tomorrow)
+
+    # The day's events were sent before its cut-off; the stream has not read them yet.
+    cut_off = FLOW.cut_off.at(day)
+    rows = read_rows(files.eod, FLOW)
+    before = int((cut_off - dt.timedelta(hours=6)).timestamp() * 1000)
+    produce_rows(settings, FLOW, rows, topic=topic, progress=False, timestamp_ms=before)
+    waiting = check_cut_off(settings, FLOW, day)
+    assert waiting.due and sum(waiting.needed.values()) == len(rows)
+    assert sum(waiting.behind.values()) == len(rows)
+    refused = run_cli(
+        settings.home,
+        *("close", "--flow", FLOW.name, "--date", str(day)),
+        timeout=120,
+        kafka_bootstrap_servers=settings.kafka_bootstrap_servers,
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert "cannot close yet" in refused.stderr and "committed 0 of" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+    drain(spark, settings, topic, flow=FLOW)
+    done = close.run(spark, close.CloseRequest(FLOW.name, day, by="ops"), settings)
+    assert done.how == "cut_off" and done.layers == ("stream",)
+    [row] = day_closes(settings, FLOW.name, day)
+    assert (row["layer"], row["how"], row["closed_by"]) == ("stream", "cut_off", "ops")
+
+    # A change for the closed day arrives after the cut-off: applied and late.
+    late_rows = read_rows(files.late, FLOW)
+    produce_rows(settings, FLOW, late_rows, topic=topic, progress=False)
+    assert drain(spark, settings, topic, flow=FLOW).totals.late == len(late_rows)
+    recorded = view_rows(settings, FLOW, "stream", "late_events").as_dicts()
+    assert {r["key"] for r in recorded} == {r[FLOW.key] for r in late_rows}
+
+    # No EOD file in kappa: --correct is refused, pointing at replay; a forced close needs why.
+    with pytest.raises(ReconcileError, match="replay"):
+        check_reconcile(settings, FLOW, None, files.eod, correct=True)
+    with pytest.raises(CloseRefused, match="--reason"):
+        close.check(settings, close.CloseRequest(FLOW.name, TODAY, force=True))
+    forced = close.run(
+        spark,
+        close.CloseRequest(FLOW.name, TODAY, force=True, reason="desk closed early"),
+        settings,
+    )
+    assert forced.how == "forced"
+    assert [c["reason"] for c in day_closes(settings, FLOW.name, TODAY)] == ["desk closed early"]
