@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import random
+import threading
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -139,3 +141,34 @@ def consume_all(settings, topic: str) -> list[tuple[bytes | None, bytes | None, 
             out.append((msg.key(), msg.value(), dict(msg.headers() or [])))
     consumer.close()
     return out
+
+
+@contextlib.contextmanager
+def stream_running(spark, settings: Settings, topic: str, flow: Flow = FLOW):  # type: ignore[no-untyped-def]
+    """The flow's stream job on ``topic``, always on while the block runs: one query after
+    another from its checkpoint (available-now), on a thread of this session. Yields once the
+    first query has run (its heartbeat names the topic)."""
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    first = threading.Event()
+
+    def loop() -> None:
+        try:
+            while not stop.is_set():
+                drain(spark, settings, topic, flow=flow)
+                first.set()
+                stop.wait(0.5)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+            errors.append(exc)
+            first.set()
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    first.wait(300)
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(300)
+        if errors:
+            raise errors[0]

@@ -10,6 +10,7 @@ Oracles come from the input files: the whole-day file says which keys live at wh
 from __future__ import annotations
 
 import datetime as dt
+import time
 
 import pytest
 from pyspark.sql import functions as F
@@ -21,11 +22,12 @@ from streamshift.core.contract import IS_DELETED
 from streamshift.core.registry import get_generator
 from streamshift.jobs import close
 from streamshift.jobs.reconcile import ReconcileError, check_reconcile, run_reconcile
+from streamshift.jobs.replay import replay
 from streamshift.read.control import closed_dates, day_closes, late_dates_to_reconcile
 from streamshift.sources.produce import produce_rows, read_rows
 from streamshift.write.target import Target, read
 from tests.cli_support import run_cli
-from tests.stream_support import drain, isolated, new_topic, oracle
+from tests.stream_support import drain, isolated, new_topic, oracle, stream_running
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
@@ -41,6 +43,12 @@ def _live(spark, target: Target, day: dt.date) -> dict[str, int]:  # type: ignor
         .collect()
     )
     return {str(r[0]): int(r[1]) for r in rows}
+
+
+def _rows(spark, target: Target, columns: list[str]) -> list[tuple]:  # type: ignore[no-untyped-def, type-arg]
+    return sorted(
+        (tuple(r) for r in read(spark, target.tables.current).select(*columns).collect()), key=repr
+    )
 
 
 def _forced_to(spark, settings, flow: str, stage: str) -> None:  # type: ignore[no-untyped-def]
@@ -60,70 +68,96 @@ def test_stage_stream_closes_replaces_and_takes_late_data(
     stream = Target.open(spark, settings, FLOW, "stream")
 
     # The stream misses the file's first row.
+    started = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
     eod_rows = read_rows(files.eod, FLOW)
     produce_rows(settings, FLOW, eod_rows[1:], topic=topic, progress=False)
     drain(spark, settings, topic, flow=FLOW)
     assert day not in closed_dates(settings, FLOW.name)
 
-    # The EOD file's reconciliation corrects the stream layer and closes the day there.
-    run = run_reconcile(spark, settings, FLOW, day, eod_file=files.eod, parity=False, correct=True)
-    assert run.before_correction[0].by_kind["missing_left"] == 1
-    assert run.correction is not None and run.correction.applied == 1
-    assert run.results[0].clean
-    closes = day_closes(settings, FLOW.name, day)
-    assert [(c["layer"], c["how"]) for c in closes] == [("stream", "eod_file")]
-    expected = oracle(spark, eod_rows, stream.reference, FLOW)
-    columns = expected["state_columns"]
-    k, v, bd, dl = (
-        columns.index(c) for c in (FLOW.key, FLOW.version, FLOW.business_date, IS_DELETED)
-    )
-    live_eod = {str(r[k]): int(r[v]) for r in expected["current"] if r[bd] == day and not r[dl]}
-    assert _live(spark, stream, day) == live_eod
-
-    # A whole-day replacement: what the file lacks is cancelled, what it changed is applied.
-    replaced = run_reconcile(
-        spark,
-        settings,
-        FLOW,
-        day,
-        eod_file=files.replacement,
-        parity=False,
-        correct=True,
-        replace=True,
-    )
-    in_replacement = {
-        r[FLOW.key].strip(): int(r[FLOW.version]) for r in read_rows(files.replacement, FLOW)
-    }
-    assert _live(spark, stream, day) == in_replacement
-    assert set(live_eod) - set(in_replacement), "the replacement drops keys"
-    assert replaced.results[0].clean, replaced.describe()
-    positions = FLOW.views[0]
-    want = oracle(spark, read_rows(files.replacement, FLOW), stream.reference, FLOW)["positions"]
-    got = sorted(
-        (
-            tuple(r)
-            for r in read(spark, stream.tables.view(positions.name))
-            .where(F.col(FLOW.business_date) == F.lit(day))
+    # The EOD file's reconciliation produces its differences to the topic; the stream job
+    # applies them; the day closes in the stream layer.
+    with stream_running(spark, settings, topic, FLOW):
+        run = run_reconcile(
+            spark, settings, FLOW, day, eod_file=files.eod, parity=False, correct=True
+        )
+        assert run.before_correction[0].by_kind["missing_left"] == 1
+        assert run.correction is not None and run.correction.produced == 1
+        assert run.results[0].clean, run.describe()
+        closes = day_closes(settings, FLOW.name, day)
+        assert [(c["layer"], c["how"]) for c in closes] == [("stream", "eod_file")]
+        missed = eod_rows[0][FLOW.key].strip()
+        [fixed] = (
+            read(spark, stream.tables.current)
+            .where(F.col(FLOW.key) == F.lit(missed))
+            .select("_source", "_source_ref", "_log_ref")
             .collect()
-        ),
-        key=repr,
-    )
-    assert got == want
+        )
+        assert fixed["_source"] == "eod_correction"
+        assert fixed["_source_ref"] == f"{files.eod}:2"  # the header is line 1
+        assert fixed["_log_ref"].startswith(f"{topic}:")
+        expected = oracle(spark, eod_rows, stream.reference, FLOW)
+        columns = expected["state_columns"]
+        k, v, bd, dl = (
+            columns.index(c) for c in (FLOW.key, FLOW.version, FLOW.business_date, IS_DELETED)
+        )
+        live_eod = {str(r[k]): int(r[v]) for r in expected["current"] if r[bd] == day and not r[dl]}
+        assert _live(spark, stream, day) == live_eod
 
-    # Late events after the close: applied, recorded as late, and not breaks.
-    late_rows = read_rows(files.late, FLOW)
-    produce_rows(settings, FLOW, late_rows, topic=topic, progress=False)
-    drained = drain(spark, settings, topic, flow=FLOW)
-    assert drained.totals.late == len(late_rows)
+        # A whole-day replacement: what the file lacks is cancelled, what it changed applied.
+        replaced = run_reconcile(
+            spark,
+            settings,
+            FLOW,
+            day,
+            eod_file=files.replacement,
+            parity=False,
+            correct=True,
+            replace=True,
+        )
+        in_replacement = {
+            r[FLOW.key].strip(): int(r[FLOW.version]) for r in read_rows(files.replacement, FLOW)
+        }
+        assert _live(spark, stream, day) == in_replacement
+        assert set(live_eod) - set(in_replacement), "the replacement drops keys"
+        assert replaced.results[0].clean, replaced.describe()
+        # The EOD process's own changes to its date are not late.
+        assert view_rows(settings, FLOW, "stream", "late_events").rows == []
+        positions = FLOW.views[0]
+        want = oracle(spark, read_rows(files.replacement, FLOW), stream.reference, FLOW)
+        got = sorted(
+            (
+                tuple(r)
+                for r in read(spark, stream.tables.view(positions.name))
+                .where(F.col(FLOW.business_date) == F.lit(day))
+                .collect()
+            ),
+            key=repr,
+        )
+        assert got == want["positions"]
+
+        # Late events after the close: applied, recorded as late, and not breaks.
+        late_rows = read_rows(files.late, FLOW)
+        produce_rows(settings, FLOW, late_rows, topic=topic, progress=False)
+        late_keys = {r[FLOW.key].strip() for r in late_rows}
+        deadline = time.monotonic() + 300
+        while {r["key"] for r in view_rows(settings, FLOW, "stream", "late_events").as_dicts()} != (
+            late_keys
+        ):
+            assert time.monotonic() < deadline, "the late events were not recorded"
+            time.sleep(1)
     recorded = view_rows(settings, FLOW, "stream", "late_events").as_dicts()
-    assert {r["key"] for r in recorded} == {r[FLOW.key].strip() for r in late_rows}
     assert {r["business_date"] for r in recorded} == {day}
     assert late_dates_to_reconcile(settings, FLOW.name) == [day]
     again = run_reconcile(spark, settings, FLOW, day, eod_file=files.replacement, parity=False)
     assert again.results[0].clean, again.describe()
-    assert set(_live(spark, stream, day)) == set(in_replacement) | {
-        r[FLOW.key].strip() for r in late_rows
-    }
+    assert set(_live(spark, stream, day)) == set(in_replacement) | late_keys
+
+    # Every change went through the log: a replay of the topic into the empty batch layer
+    # reproduces the stream layer, corrections and cancels included.
+    replay(spark, settings, FLOW, started, dt.datetime.now(dt.UTC), "batch", topic)
+    batch = Target.open(spark, settings, FLOW, "batch")
+    stored = [c for c in read(spark, stream.tables.current).columns if not c.startswith("_")]
+    assert _rows(spark, batch, stored) == _rows(spark, stream, stored)
 
     # Evidence for kappa: stage stream's clean EOD-file reconciliation (window 1).
     change = promote(spark, settings, FLOW.name, "kappa", by="test")

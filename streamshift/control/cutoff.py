@@ -145,6 +145,13 @@ def topic_offsets_at(settings: Settings, topic: str, at: dt.datetime) -> dict[in
         consumer.close()
 
 
+def stream_topic(settings: Settings, flow: Flow) -> str:
+    """The topic the flow's stream job reads: the one its heartbeat names, else the flow's
+    (``streamshift.sources.events.topic_for``)."""
+    beat = read_heartbeat(settings.home, flow.name, STREAM_LAYER) or {}
+    return str(beat.get("topic") or flow.name)
+
+
 def check_cut_off(
     settings: Settings, flow: Flow, business_date: dt.date, now: dt.datetime | None = None
 ) -> CutOffCheck:
@@ -152,8 +159,7 @@ def check_cut_off(
     topic is the one the stream job reads (its heartbeat names it), else the flow's."""
     now = now or dt.datetime.now(dt.UTC)
     at = flow.cut_off.at(business_date)
-    beat = read_heartbeat(settings.home, flow.name, STREAM_LAYER) or {}
-    topic = str(beat.get("topic") or flow.name)  # streamshift.sources.events.topic_for
+    topic = stream_topic(settings, flow)
     check = CutOffCheck(flow.name, business_date, at, now, topic)
     if not check.due:
         return check

@@ -8,8 +8,13 @@ from __future__ import annotations
 
 SOURCE = "_source"  # eod, kafka, replacement, eod_correction, ...
 SOURCE_REF = "_source_ref"  # file:line, topic:partition:offset, ...
+LOG_REF = "_log_ref"  # topic:partition:offset of a change delivered through Kafka, else null
 RAW = "_raw"  # the payload as received
 MALFORMED = "_malformed"  # optional: a rule name when the reader could not split the row
 FAILED = "_failed_rules"  # set by the write path's validation
 IS_DELETED = "is_deleted"  # stored: the row is a retraction of its key
 APPLIED_AT = "_applied_at"  # stored: when the write path applied the version
+# Kafka headers a producer of changes sets to say where they come from (an EOD correction
+# produced to the topic keeps its file:line): the stream stores them as SOURCE and SOURCE_REF.
+SOURCE_HEADER = "streamshift.source"
+SOURCE_REF_HEADER = "streamshift.source_ref"

@@ -182,6 +182,12 @@ class Settings:
     stream_stall_seconds: int = _setting(
         300, _positive_int, "stream_supervisor restarts a stream whose heartbeat is older than this"
     )
+    correction_wait_seconds: int = _setting(
+        900,
+        _positive_int,
+        "stage stream: how long `reconcile --correct` waits for the stream job to apply the EOD "
+        "corrections it produced to the topic",
+    )
 
     # ---- derived locations ------------------------------------------------------------
     @property

@@ -4,15 +4,18 @@
 per view), external (serving layer vs an external view file), eod_file (current state vs the
 EOD file) — records each in ``recon_runs``/``recon_breaks`` and returns the results.
 
-``eod_correct`` is the ``stream`` stage's EOD step: the EOD file's rows the stream layer does
-not hold at the same version are applied to it through ``apply_changes`` (source
-``eod_correction``), so the next reconciliation is clean unless the file itself disagrees.
+``correct_through_log`` is the ``stream`` stage's EOD step: the EOD file's rows the stream
+layer does not hold at the same version (and, for a whole-day file, cancels of the keys it
+lacks) are produced to the flow's topic (source ``eod_correction``, ``file:line`` in headers)
+and applied by the stream job, so the next reconciliation is clean unless the file itself
+disagrees. ``eod_correct`` applies the same differences to a layer directly.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,6 +45,7 @@ from streamshift.write.apply import ApplyResult, apply_changes
 from streamshift.write.runs import file_digest, run_key
 from streamshift.write.target import Target, when_small
 from streamshift.write.transforms import (
+    EOD_CORRECTION_SOURCE,
     checked_changes,
     latest_per_key,
     parse,
@@ -50,8 +54,6 @@ from streamshift.write.transforms import (
 
 if TYPE_CHECKING:
     from streamshift.core.settings import Settings
-
-EOD_CORRECTION_SOURCE = "eod_correction"
 
 
 def _say(message: str) -> None:
@@ -275,10 +277,130 @@ def eod_correct(
     target = (target or Target.open(spark, settings, flow, "stream")).create_tables()
     layout = check_file(eod_file, flow, whole_day=replace)
     with when_small([target], [business_date], files=[eod_file]):
-        return _eod_correct(spark, flow, business_date, eod_file, target, layout, replace)
+        run, differing = _corrections(spark, flow, business_date, eod_file, target, layout, replace)
+        _say(f"applying the EOD file's differences to the stream layer ({eod_file})")
+        result = _apply_corrections(flow, differing, eod_file, target, business_date)
+        runs.finish(spark, target, run)
+        return result
 
 
-def _eod_correct(
+def _apply_corrections(
+    flow: Flow, changes: DataFrame, eod_file: Path, target: Target, business_date: dt.date
+) -> ApplyResult:
+    return apply_changes(
+        flow,
+        changes,
+        EOD_CORRECTION_SOURCE,
+        target,
+        batch_id=f"{EOD_CORRECTION_SOURCE}:{eod_file}",
+        closing_date=business_date,
+    )
+
+
+@dataclass
+class Produced:
+    """EOD corrections produced to the flow's topic and applied by the stream job."""
+
+    topic: str
+    produced: int
+    ends: dict[int, int]
+    seconds: float
+    malformed: ApplyResult | None = None
+
+    def describe(self) -> str:
+        text = (
+            f"{self.produced} corrections produced to {self.topic} and applied by the stream job "
+            f"in {self.seconds:.1f}s (offsets {dict(sorted(self.ends.items()))})"
+        )
+        if self.malformed is not None and self.malformed.rejected:
+            text += f"; {self.malformed.rejected} unreadable lines quarantined"
+        return text
+
+
+def correct_through_log(
+    spark: SparkSession,
+    settings: Settings,
+    flow: Flow,
+    business_date: dt.date,
+    eod_file: Path,
+    target: Target,
+    *,
+    replace: bool = False,
+) -> Produced:
+    """Stage stream's correction: the EOD file's differences (and a replacement's cancels) are
+    produced to the topic the stream job reads, with their source and ``file:line`` in
+    headers, so the stream job stays the layer's single writer, a replay of the topic
+    reproduces them and ``serve`` sees them. Returns once the stream has committed them
+    (:class:`ReconcileError` after ``correction_wait_seconds``). A re-run derives the same
+    differences from the pinned state and produces identical messages; the write path keeps
+    one copy of each version."""
+    from streamshift.control.cutoff import committed_offsets, stream_topic
+    from streamshift.core.contract import SOURCE_HEADER, SOURCE_REF, SOURCE_REF_HEADER
+    from streamshift.core.heartbeat import query_name
+    from streamshift.sources.produce import produce_rows
+
+    started = time.monotonic()
+    target.create_tables()
+    layout = check_file(eod_file, flow, whole_day=replace)
+    with when_small([target], [business_date], files=[eod_file]):
+        run, differing = _corrections(spark, flow, business_date, eod_file, target, layout, replace)
+        differing = differing.persist()
+        # A line no reader could split is no event: it goes to quarantine from here.
+        bad = differing.where(F.col(MALFORMED).isNotNull())
+        malformed = (
+            _apply_corrections(flow, bad, eod_file, target, business_date)
+            if not bad.isEmpty()
+            else None
+        )
+        rows = [
+            r.asDict()
+            for r in differing.where(F.col(MALFORMED).isNull())
+            .select(*flow.columns, SOURCE, SOURCE_REF)
+            .collect()
+        ]
+        differing.unpersist()
+    topic = stream_topic(settings, flow)
+    _say(f"producing {len(rows)} corrections of {eod_file.name} to {topic}")
+    sent = produce_rows(
+        settings,
+        flow,
+        rows,
+        topic=topic,
+        progress=False,
+        headers=lambda r: [
+            (SOURCE_HEADER, str(r[SOURCE]).encode()),
+            (SOURCE_REF_HEADER, str(r[SOURCE_REF]).encode()),
+        ],
+    )
+    if sent.failed:
+        raise ReconcileError(f"the corrections were not all delivered: {sent.describe()}")
+    checkpoint = settings.checkpoints / query_name(flow.name, target.tables.layer)
+    deadline = time.monotonic() + settings.correction_wait_seconds
+    last_said = 0.0
+    while True:
+        committed = committed_offsets(checkpoint, topic)
+        behind = {
+            p: e - committed.get(p, 0) for p, e in sent.ends.items() if committed.get(p, 0) < e
+        }
+        if not behind:
+            break
+        if time.monotonic() > deadline:
+            raise ReconcileError(
+                f"the stream job ({query_name(flow.name, target.tables.layer)}) has not applied "
+                f"the corrections produced to {topic} within {settings.correction_wait_seconds}s "
+                f"(events behind per partition: {behind}); is it running? (streamshift status; "
+                "the stream_supervisor DAG restarts it). Run the correction again once it is: "
+                "it produces the same messages and the stream keeps one copy of each"
+            )
+        if time.monotonic() - last_said > 30:
+            last_said = time.monotonic()
+            _say(f"waiting for the stream job to apply the corrections ({behind} behind)")
+        time.sleep(0.5)
+    runs.finish(spark, target, run)
+    return Produced(topic, len(rows), sent.ends, time.monotonic() - started, malformed)
+
+
+def _corrections(
     spark: SparkSession,
     flow: Flow,
     business_date: dt.date,
@@ -286,7 +408,9 @@ def _eod_correct(
     target: Target,
     layout: FileLayout,
     replace: bool,
-) -> ApplyResult:
+) -> tuple[runs.PinnedRun, DataFrame]:
+    """The run begun and the EOD file's differences from the stream layer as raw changes
+    (source ``eod_correction``, or a replacement's cancels)."""
     raw = read_eod_file(spark, eod_file, flow, layout)
     check_control_totals(raw, flow, layout, eod_file)
     # Against current state as this run first saw it: a re-run after a kill derives the same
@@ -303,7 +427,7 @@ def _eod_correct(
     pinned = run.current(target).where(F.col(flow.business_date).isin(dates or [business_date]))
     current = pinned.select(F.col(flow.key).alias("_k"), F.col(flow.version).alias("_v"))
     typed_key = F.trim(F.col(flow.key))
-    typed_version = F.trim(F.col(flow.version)).try_cast("int")
+    typed_version = F.trim(F.col(flow.version)).try_cast("bigint")
     differing = (
         raw.join(current, typed_key == F.col("_k"), "left")
         .where(F.col("_v").isNull() | typed_version.isNull() | (typed_version > F.col("_v")))
@@ -315,17 +439,7 @@ def _eod_correct(
         differing = differing.unionByName(
             cancels.withColumn(MALFORMED, F.lit(None).cast("string")), allowMissingColumns=True
         )
-    _say(f"applying the EOD file's differences to the stream layer ({eod_file})")
-    result = apply_changes(
-        flow,
-        differing,
-        EOD_CORRECTION_SOURCE,
-        target,
-        batch_id=f"{EOD_CORRECTION_SOURCE}:{eod_file}",
-        closing_date=business_date,
-    )
-    runs.finish(spark, target, run)
-    return result
+    return run, differing
 
 
 @dataclass
@@ -337,7 +451,7 @@ class ReconcileRun:
     stage: str
     results: list[ReconResult]
     before_correction: list[ReconResult] = field(default_factory=list)
-    correction: ApplyResult | None = None
+    correction: Produced | None = None
 
     @property
     def breaks(self) -> int:
@@ -425,14 +539,9 @@ def run_reconcile(
     if correct:
         assert eod_file is not None  # checked above
         run.before_correction = results
-        run.correction = eod_correct(
-            spark,
-            settings,
-            flow,
-            business_date,
-            eod_file,
-            target=targets["stream"],
-            replace=replace,
+        # Through the topic: the stream job applies the corrections, replay and serve see them.
+        run.correction = correct_through_log(
+            spark, settings, flow, business_date, eod_file, targets["stream"], replace=replace
         )
         run.results = reconcile()
         # Reconciled and corrected: the date is closed; later changes for it are late.

@@ -142,6 +142,7 @@ def replay(
         spark.read.format("kafka")
         .options(**settings.spark_kafka_options())
         .option("subscribe", topic)
+        .option("includeHeaders", "true")
         .option("startingTimestamp", str(_ms(start)))
         .option("endingTimestamp", str(_ms(end)))
         .option("startingOffsetsByTimestampStrategy", "latest")

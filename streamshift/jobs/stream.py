@@ -423,6 +423,8 @@ def kafka_stream(spark: SparkSession, settings: Settings, topic: str) -> DataFra
         .options(**settings.spark_kafka_options())
         .option("kafka.fetch.max.wait.ms", str(FETCH_MAX_WAIT_MS))
         .option("subscribe", topic)
+        # Changes produced by the kit (EOD corrections) carry their source in headers.
+        .option("includeHeaders", "true")
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
         .load()

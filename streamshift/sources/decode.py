@@ -6,7 +6,15 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, DecimalType, StringType
 
-from streamshift.core.contract import MALFORMED, RAW, SOURCE, SOURCE_REF
+from streamshift.core.contract import (
+    LOG_REF,
+    MALFORMED,
+    RAW,
+    SOURCE,
+    SOURCE_HEADER,
+    SOURCE_REF,
+    SOURCE_REF_HEADER,
+)
 from streamshift.core.flow import Flow
 from streamshift.sources.events import (
     DECODE_ERROR,
@@ -115,6 +123,15 @@ def _expression_fields(flow: Flow, staged: DataFrame) -> DataFrame:
     )
 
 
+def _header(name: str, present: bool) -> Column:
+    """The first value of Kafka header ``name`` as text (null without it, or without headers:
+    a source read without ``includeHeaders``)."""
+    if not present:
+        return F.lit(None).cast("string")
+    found = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name))
+    return F.when(F.size(found) > 0, found[0]["value"].cast("string"))
+
+
 def decode(flow: Flow, *, reference: bool = False) -> callable:  # type: ignore[valid-type]
     """Kafka rows (key, value, topic, partition, offset) → the write path's raw changes.
 
@@ -124,8 +141,17 @@ def decode(flow: Flow, *, reference: bool = False) -> callable:  # type: ignore[
     def transform(kafka: DataFrame) -> DataFrame:
         value = F.col("value")
         text = F.when(F.is_valid_utf8(value), value.cast("string"))
+        has_headers = "headers" in kafka.columns
         staged = kafka.select(
-            "key", "value", "topic", "partition", "offset", "timestamp", text.alias("_text")
+            "key",
+            "value",
+            "topic",
+            "partition",
+            "offset",
+            "timestamp",
+            text.alias("_text"),
+            _header(SOURCE_HEADER, has_headers).alias("_h_source"),
+            _header(SOURCE_REF_HEADER, has_headers).alias("_h_source_ref"),
         )
         fields = (_expression_fields if reference else _jvm_fields)(flow, staged)
         top = F.col("_top")
@@ -145,13 +171,15 @@ def decode(flow: Flow, *, reference: bool = False) -> callable:  # type: ignore[
         )
         with_rule = fields.select("*", rule.alias(MALFORMED))
         decodable = F.col(MALFORMED).isNull()
+        offset = F.concat_ws(
+            ":", "topic", F.col("partition").cast("string"), F.col("offset").cast("string")
+        )
         return with_rule.select(
             *[F.when(decodable, F.col(f"_s_{c}")).alias(c) for c in flow.columns],
-            F.concat_ws(
-                ":", "topic", F.col("partition").cast("string"), F.col("offset").cast("string")
-            ).alias(SOURCE_REF),
+            F.coalesce(F.col("_h_source_ref"), offset).alias(SOURCE_REF),
+            offset.alias(LOG_REF),
             F.coalesce(F.col("_text"), F.concat(F.lit("base64:"), F.base64(value))).alias(RAW),
-            F.lit(KAFKA_SOURCE).alias(SOURCE),
+            F.coalesce(F.col("_h_source"), F.lit(KAFKA_SOURCE)).alias(SOURCE),
             F.col(MALFORMED),
             F.when(~decodable, detail).alias(DECODE_ERROR),
             F.col("key").alias(KAFKA_KEY),

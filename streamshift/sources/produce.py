@@ -9,9 +9,10 @@ from __future__ import annotations
 import csv
 import sys
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.flow import Flow
@@ -35,6 +36,8 @@ class ProduceResult:
     failed: int = 0
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # Per partition, one past the highest offset acknowledged: what a consumer must reach.
+    ends: dict[int, int] = field(default_factory=dict)
 
     def describe(self) -> str:
         rate = self.acknowledged / self.seconds if self.seconds else 0.0
@@ -66,10 +69,12 @@ def produce_rows(
     progress: bool = True,
     on_sent=None,
     timestamp_ms: int | None = None,
+    headers: Callable[[Mapping[str, Any]], list[tuple[str, bytes]]] | None = None,
 ) -> ProduceResult:  # type: ignore[no-untyped-def]
     """Send ``rows`` as events; ``on_sent(i, t)`` is called with each row's send time.
     ``timestamp_ms`` stamps every message with that time (default: the send time), as a
-    source system that sends what it recorded earlier does."""
+    source system that sends what it recorded earlier does. ``headers(row)`` gives a row's
+    Kafka headers."""
     stamp = {} if timestamp_ms is None else {"timestamp": timestamp_ms}
     from confluent_kafka import KafkaException, Producer
 
@@ -84,6 +89,9 @@ def produce_rows(
     def delivered(err, msg) -> None:  # type: ignore[no-untyped-def]
         if err is None:
             result.acknowledged += 1
+            end = msg.offset() + 1
+            if end > result.ends.get(msg.partition(), 0):
+                result.ends[msg.partition()] = end
         else:
             result.failed += 1
             if len(result.errors) < 5:
@@ -97,9 +105,10 @@ def produce_rows(
             if wait > 0:
                 producer.poll(wait)
         key, value = encode_event(flow, row)
+        extra = {**stamp, "headers": headers(row)} if headers is not None else stamp
         while True:
             try:
-                producer.produce(topic, key=key, value=value, on_delivery=delivered, **stamp)
+                producer.produce(topic, key=key, value=value, on_delivery=delivered, **extra)
                 break
             except BufferError:  # local queue full: let deliveries drain
                 producer.poll(0.1)

@@ -42,6 +42,7 @@ from streamshift.core.flow import Flow, Reference
 from streamshift.write.commits import append, merge_into
 from streamshift.write.target import Target, delta_log_version, read, when_small
 from streamshift.write.transforms import (
+    EOD_SOURCES,
     FIRST_VERSION,
     LATEST_VERSION,
     REPLACEMENT_SOURCE,
@@ -480,13 +481,15 @@ def _apply_accepted(
         closed = target.closed_dates() - ({closing_date} if closing_date else set())
         late_dates = [d for d in incoming_dates if d in closed]
         if late_dates and small:
-            steps.submit("late", _append_late, spark, flow, tables, incoming, late_dates)
-        elif late_dates:
-            steps.submit("late", _record_late, spark, flow, versions, tables, late_dates)
-        if small:
-            result.late = sum(keys_by_date[d] for d in late_dates)
+            arrived = [r for r in incoming if r[SOURCE] not in EOD_SOURCES]
+            late_pairs = {(r[key], r[bd]) for r in arrived if r[bd] in late_dates}
+            result.late = len(late_pairs)
+            if late_pairs:
+                steps.submit("late", _append_late, spark, flow, tables, arrived, late_dates)
         elif late_dates:  # the keys of each late date (a key may have versions in several)
-            late_keys = versions.where(_isin(bd, late_dates)).select(key, bd).distinct()
+            arrived_versions = versions.where(~F.col(SOURCE).isin(*EOD_SOURCES))
+            steps.submit("late", _record_late, spark, flow, arrived_versions, tables, late_dates)
+            late_keys = arrived_versions.where(_isin(bd, late_dates)).select(key, bd).distinct()
             result.late = late_keys.count()
 
         date_at = group_columns.index(bd)

@@ -18,6 +18,7 @@ from streamshift.core.contract import (
     APPLIED_AT,
     FAILED,
     IS_DELETED,
+    LOG_REF,
     MALFORMED,
     RAW,
     SOURCE,
@@ -28,6 +29,11 @@ from streamshift.core.flow import Flow, Reference
 Transform = Callable[[DataFrame], DataFrame]
 
 REPLACEMENT_SOURCE = "replacement"
+# The EOD file's differences applied to the stream layer (stage stream).
+EOD_CORRECTION_SOURCE = "eod_correction"
+# Changes the EOD process makes to its own date: never late, even for a closed date (in stage
+# stream they reach the layer through the topic, after the file's date closed).
+EOD_SOURCES = (REPLACEMENT_SOURCE, EOD_CORRECTION_SOURCE)
 
 
 def raw_schema(flow: Flow) -> StructType:
@@ -208,7 +214,9 @@ def state_columns(flow: Flow, checked: DataFrame) -> DataFrame:
     """
     keep = [c for c in checked.columns if not c.startswith("_") or c in (SOURCE, SOURCE_REF)]
     stamp = F.col(APPLIED_AT) if APPLIED_AT in checked.columns else F.current_timestamp()
-    return checked.select(*keep, stamp.alias(APPLIED_AT))
+    # Where Kafka delivered it (topic:partition:offset); null for a file's row.
+    log = F.col(LOG_REF) if LOG_REF in checked.columns else F.lit(None).cast("string")
+    return checked.select(*keep, log.alias(LOG_REF), stamp.alias(APPLIED_AT))
 
 
 def replacement_cancels(
