@@ -1,11 +1,14 @@
-"""Stage ``stream`` under Airflow, for real: the EOD correction DAG writes the stream layer
-while the streaming job writes the same business date (two writers), the supervisor restarts
+"""Stage ``stream`` under Airflow, for real: the EOD DAG's correction goes through the topic
+while a producer keeps sending events of the same business date, and the stream job applies
+both (the layer's single writer); the supervisor restarts
 a streaming job killed with SIGKILL and leaves a healthy one alone, and ``late_data`` re-
-reconciles exactly the date that received late events."""
+reconciles exactly the date that received late events; in stage ``kappa`` the EOD DAG waits for
+no file and closes the day at its cut-off."""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import signal
 import subprocess
@@ -21,13 +24,14 @@ from flows.trades import FLOW
 from streamshift.control.recon import recon_runs_path
 from streamshift.control.stages import promote
 from streamshift.core.catalog import LayerTables
-from streamshift.core.heartbeat import processed_events, read_heartbeat
+from streamshift.core.heartbeat import broker_lag, processed_events, read_heartbeat
 from streamshift.core.processes import pid_alive
 from streamshift.core.settings import load_settings
 from streamshift.jobs.eod import run_eod
 from streamshift.jobs.reconcile import run_reconcile
 from streamshift.local.airflow import LocalAirflow
 from streamshift.orchestrate.supervise import read_restarts
+from streamshift.read.control import day_closes
 from streamshift.read.tables import rows
 from streamshift.sources.produce import produce_rows, read_rows
 from streamshift.write.apply import apply_changes
@@ -35,11 +39,24 @@ from streamshift.write.target import Target, read
 from streamshift.write.transforms import raw_schema
 from tests.airflow_support import asset_events, dag_test, land_day, land_external
 from tests.cli_support import CLI, cli_env
-from tests.stream_support import new_topic, oracle, state
+from tests.stream_support import drain, new_topic, oracle, state
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
 DAY = dt.date(2026, 11, 9)
+
+
+def _wait_caught_up(settings, topic: str, pid: int | None = None, timeout: float = 300) -> dict:  # type: ignore[no-untyped-def, type-arg]
+    """The stream job's heartbeat once it has processed everything the topic holds (its own
+    events and the corrections the EOD DAG produced to it)."""
+    deadline = time.monotonic() + timeout
+    beat: dict = {}  # type: ignore[type-arg]
+    while time.monotonic() < deadline:
+        beat = read_heartbeat(settings.home, "trades", "stream")
+        if (pid is None or beat.get("pid") == pid) and broker_lag(settings, beat) == 0:
+            return beat
+        time.sleep(1)
+    raise AssertionError(f"the stream did not catch up with {topic} in {timeout}s: {beat}")
 
 
 def _wait_processed(
@@ -103,7 +120,8 @@ def test_two_writers_and_the_stream_supervisor(spark, kafka_settings, tmp_path: 
         assert run["state"] == "success", run["output"][-4000:]
         assert run["tasks"]["correct_stream_layer"] == "success"
         assert run["tasks"]["load_eod_file"] == "skipped"  # stage stream: no batch load
-        beat = _wait_processed(settings, topic, len(events), job.pid)
+        beat = _wait_caught_up(settings, topic, job.pid)
+        assert processed_events(beat, topic) >= len(events)
         assert job.poll() is None, "the stream job died while the correction ran"
 
         stream = Target.open(spark, settings, FLOW, "stream")
@@ -130,7 +148,7 @@ def test_two_writers_and_the_stream_supervisor(spark, kafka_settings, tmp_path: 
         restarts = read_restarts(settings, "trades")
         assert restarts["restarts"] == 1 and restarts["last_reason"].startswith("dead")
         restarted = int(restarts["pid"])
-        _wait_processed(settings, topic, len(events) + len(more), timeout=420)
+        _wait_caught_up(settings, topic, timeout=420)
         expected = oracle(spark, eod_rows + events + more, stream.reference)
         got = state(spark, stream, expected["state_columns"])
         assert got["current"] == expected["current"] and got["positions"] == expected["positions"]
@@ -186,3 +204,38 @@ def test_late_data_re_reconciles_exactly_the_late_date(spark, tmp_path: Path) ->
     assert [(e["business_date"], e["cause"], e["reconciliations"]) for e in events] == [
         (str(d1), "late data", 1)  # the latest reconciliation of each kind: the external one
     ]
+
+
+def test_the_eod_dag_in_kappa_waits_for_no_file_and_closes_the_day_at_its_cut_off(
+    spark, kafka_settings, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    settings = replace(kafka_settings, home=tmp_path / "home", spark_master="local[2]")
+    LocalAirflow(settings).migrate()
+    for step in ("shadow", "stream", "kappa"):
+        promote(spark, settings, FLOW.name, step, force=True, reason="kappa DAG test", by="test")
+    day = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)  # its cut-off has passed
+    files = land_day(settings, day, trades=60)
+    (files.eod).unlink()  # kappa has no EOD file
+    topic = new_topic()
+    cut_off = FLOW.cut_off.at(day)
+    before = int((cut_off - dt.timedelta(hours=2)).timestamp() * 1000)
+    produce_rows(
+        settings,
+        FLOW,
+        read_rows(files.corrections, FLOW),
+        topic=topic,
+        progress=False,
+        timestamp_ms=before,
+    )
+    drain(spark, settings, topic)  # the stream has read everything sent before the cut-off
+
+    run = dag_test(settings, "eod_trades", f"{day}T22:00:00+00:00", {})
+    assert run["state"] == "success", run["output"][-4000:]
+    tasks = run["tasks"]
+    assert tasks["wait_for_cut_off"] == "success" and tasks["close_day"] == "success"
+    for skipped in ("wait_for_eod_file", "check_raw_file", "load_eod_file", "correct_stream_layer"):
+        assert tasks[skipped] == "skipped", skipped
+    assert tasks["data_quality"] == "success" and tasks["publish_summary"] == "success"
+    [close] = day_closes(settings, FLOW.name, day)
+    assert (close["layer"], close["how"]) == ("stream", "cut_off")
+    assert json.loads(close["detail"])["topic"] == topic
