@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import random
 import threading
 import uuid
 from dataclasses import replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -172,3 +174,16 @@ def stream_running(spark, settings: Settings, topic: str, flow: Flow = FLOW):  #
         thread.join(300)
         if errors:
             raise errors[0]
+
+
+def served(settings, topic: str) -> dict[tuple[str, ...], tuple[str, ...]]:  # type: ignore[no-untyped-def]
+    """The compacted topic read to its end: the last value per group; emptied groups dropped."""
+    latest: dict[tuple[str, ...], tuple[str, ...] | None] = {}
+    for key, value, _ in consume_all(settings, topic):  # a group's messages share a partition
+        group = tuple(str(v) for v in json.loads(key).values())
+        latest[group] = (
+            None
+            if value is None
+            else tuple(str(v) for v in json.loads(value, parse_float=Decimal).values())
+        )
+    return {k: v for k, v in latest.items() if v is not None}

@@ -10,7 +10,6 @@ import re
 import signal
 import subprocess
 import time
-from decimal import Decimal
 
 import pytest
 
@@ -22,22 +21,9 @@ from streamshift.sources.events import serving_topic
 from streamshift.sources.produce import produce_rows
 from streamshift.write.target import load_reference
 from tests.cli_support import CLI, LOCAL_SPARK, cli_env, run_cli
-from tests.stream_support import consume_all, new_topic, oracle, shuffled_day
+from tests.stream_support import new_topic, oracle, served, shuffled_day
 
 DAY = dt.date(2026, 11, 20)
-
-
-def _served(settings, topic: str) -> dict[tuple[str, ...], tuple[str, ...]]:  # type: ignore[no-untyped-def]
-    """The compacted topic read to its end: the last value per group; emptied groups dropped."""
-    latest: dict[tuple[str, ...], tuple[str, ...] | None] = {}
-    for key, value, _ in consume_all(settings, topic):  # a group's messages share a partition
-        group = tuple(str(v) for v in json.loads(key).values())
-        latest[group] = (
-            None
-            if value is None
-            else tuple(str(v) for v in json.loads(value, parse_float=Decimal).values())
-        )
-    return {k: v for k, v in latest.items() if v is not None}
 
 
 def _expected(spark, rows) -> dict[tuple[str, ...], tuple[str, ...]]:  # type: ignore[no-untyped-def]
@@ -88,7 +74,7 @@ def test_serve_publishes_the_flows_view_and_resumes_without_double_counting(
     expected = _expected(spark, first)
     assert len(expected) > 20
     assert int(published[1]) >= len(expected)  # every group at least once
-    assert _served(kafka_settings, served_topic) == expected
+    assert served(kafka_settings, served_topic) == expected
     [status] = read_status(home)  # the heartbeat, in the stream job's format
     assert (status.flow, status.layer, status.running) == ("trades", "serve-positions", False)
     assert status.beat["state"] == "stopped"
@@ -102,7 +88,7 @@ def test_serve_publishes_the_flows_view_and_resumes_without_double_counting(
     assert done.returncode == 0, done.stderr[-3000:]
     everything = _expected(spark, first + second)
     assert everything != expected  # the second delivery moved positions
-    assert _served(kafka_settings, served_topic) == everything
+    assert served(kafka_settings, served_topic) == everything
     shown = run_cli(home, "status", "--flow", "trades", **bootstrap)
     assert shown.returncode == 3, shown.stderr  # 3: a job shown is not running
     assert "trades/serve-positions: not running (stopped)" in shown.stdout, shown.stdout
@@ -177,7 +163,7 @@ def test_serve_killed_at_random_points_then_stopped_by_sigterm_loses_and_doubles
     assert job.wait(120) == 0, log.read_text()[-3000:]
     [status] = read_status(home)
     assert status.beat["state"] == "stopped" and processed_events(status.beat, topic) == len(rows)
-    assert _served(kafka_settings, serving_topic(topic, "positions")) == _expected(spark, rows)
+    assert served(kafka_settings, serving_topic(topic, "positions")) == _expected(spark, rows)
 
 
 def _state_metadata(checkpoint, operator: str) -> None:  # type: ignore[no-untyped-def]

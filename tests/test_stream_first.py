@@ -24,10 +24,11 @@ from streamshift.jobs import close
 from streamshift.jobs.reconcile import ReconcileError, check_reconcile, run_reconcile
 from streamshift.jobs.replay import replay
 from streamshift.read.control import closed_dates, day_closes, late_dates_to_reconcile
+from streamshift.sources.events import serving_topic
 from streamshift.sources.produce import produce_rows, read_rows
 from streamshift.write.target import Target, read
-from tests.cli_support import run_cli
-from tests.stream_support import drain, isolated, new_topic, oracle, stream_running
+from tests.cli_support import LOCAL_SPARK, run_cli
+from tests.stream_support import drain, isolated, new_topic, oracle, served, stream_running
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
@@ -158,6 +159,20 @@ def test_stage_stream_closes_replaces_and_takes_late_data(
     batch = Target.open(spark, settings, FLOW, "batch")
     stored = [c for c in read(spark, stream.tables.current).columns if not c.startswith("_")]
     assert _rows(spark, batch, stored) == _rows(spark, stream, stored)
+
+    # `serve` sees every correction and cancel too: its compacted topic holds the Delta view.
+    done = run_cli(
+        tmp_path / "serve-home",
+        *("serve", "--flow", FLOW.name, "--topic", topic, "--available-now"),
+        **LOCAL_SPARK,
+        kafka_bootstrap_servers=settings.kafka_bootstrap_servers,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    width = len(positions.group_key)
+    view = read(spark, stream.tables.view(positions.name)).collect()
+    assert served(settings, serving_topic(topic, positions.name)) == {
+        tuple(str(v) for v in r[:width]): tuple(str(v) for v in r[width:]) for r in view
+    }
 
     # Evidence for kappa: stage stream's clean EOD-file reconciliation (window 1).
     change = promote(spark, settings, FLOW.name, "kappa", by="test")
