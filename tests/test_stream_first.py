@@ -160,7 +160,10 @@ def test_stage_stream_closes_replaces_and_takes_late_data(
     stored = [c for c in read(spark, stream.tables.current).columns if not c.startswith("_")]
     assert _rows(spark, batch, stored) == _rows(spark, stream, stored)
 
-    # `serve` sees every correction and cancel too: its compacted topic holds the Delta view.
+    # `serve` sees every correction and cancel too: its compacted topic holds the Delta view
+    # (serve keeps views declared by additive measures; the others are read from Delta).
+    if not positions.measures:
+        return
     done = run_cli(
         tmp_path / "serve-home",
         *("serve", "--flow", FLOW.name, "--topic", topic, "--available-now"),
