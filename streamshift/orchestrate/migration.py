@@ -66,7 +66,8 @@ def flow_summary(settings: Settings, flow: str) -> dict[str, Any]:
     stage = history[-1]["to_stage"] if history else FIRST
     latest = latest_runs(settings, flow)
     # The evidence this stage makes for the next (parity in shadow, the EOD file in stream).
-    streak = recon_by_date(latest, stage_of(stage).evidence or PARITY)[-STREAK_DAYS:]
+    kind = stage_of(stage).evidence or PARITY
+    streak = recon_by_date(latest, kind)[-STREAK_DAYS:]
     clean_run = 0
     for day in reversed(streak):
         if not day["rows"]:  # nothing in either layer: shown, not counted (as by the gate)
@@ -120,6 +121,7 @@ def flow_summary(settings: Settings, flow: str) -> dict[str, Any]:
             "problems": evidence.problems(),
         },
         "parity_streak": [{**d, "report": report(d["business_date"])} for d in streak],
+        "streak_kind": "stream vs batch" if kind == PARITY else "the EOD file vs the stream layer",
         "clean_days_in_a_row": clean_run,
         "last_reconciliation": last,
         "quality": quality,
@@ -228,9 +230,9 @@ def _flow_section(s: dict[str, Any]) -> str:
 <section class="flow" data-flow="{_e(flow)}">
 <h2>{_e(flow)} <span class="stage" data-stage="{_e(s["stage"])}">{_e(s["stage"])}</span></h2>
 {promote}
-<h3>Parity streak <small>(stream vs batch, newest last; <b class="clean-run">{s["clean_days_in_a_row"]}</b>
+<h3>Evidence streak <small>({_e(s["streak_kind"])}, newest last; <b class="clean-run">{s["clean_days_in_a_row"]}</b>
 clean in a row; promotion needs {evidence["window"]})</small></h3>
-<ol class="streak">{streak or "<li class='none'>no stream-vs-batch reconciliation yet</li>"}</ol>
+<ol class="streak">{streak or f"<li class='none'>no reconciliation of {_e(s['streak_kind'])} yet</li>"}</ol>
 <h3>Last reconciliation</h3>
 {recon}
 <h3>Data quality</h3>
