@@ -31,9 +31,10 @@ from selenium.webdriver.support.ui import WebDriverWait
 from flows.trades import FLOW
 from flows.trades.generate import generate_day
 from streamshift.control.report import write_report
-from streamshift.control.stages import STAGES, promote
+from streamshift.control.stages import promote
 from streamshift.core.catalog import ControlTables
 from streamshift.core.registry import flow_names
+from streamshift.core.stages import NAMES as STAGES
 from streamshift.jobs.eod import run_eod
 from streamshift.jobs.reconcile import reconcile_date
 from streamshift.local.airflow import OPERATOR, USER, VIEWER, LocalAirflow, password
