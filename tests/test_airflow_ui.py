@@ -78,8 +78,13 @@ def _expected(spark, settings) -> dict[str, Any]:  # type: ignore[no-untyped-def
     runs = read(spark, control.recon_runs).where(F.col("flow") == FLOW.name)
     newest = Window.partitionBy("business_date", "recon").orderBy(F.col("run_at").desc())
     latest = runs.withColumn("n", F.row_number().over(newest)).where("n = 1")
+    stages = read(spark, control.stage_changes).where(F.col("flow") == FLOW.name)
+    now = stages.orderBy(F.col("changed_at").desc()).first()["to_stage"]
+    # The streak is the evidence the stage makes for the next: the EOD file's reconciliations
+    # in stage stream, stream vs batch otherwise.
+    kind = "eod_file" if now == "stream" else "parity"
     parity = (
-        latest.where(F.col("recon").startswith("parity"))
+        latest.where(F.col("recon").startswith(kind))
         .groupBy("business_date")
         .agg(F.sum("breaks").alias("breaks"), F.bool_and("clean").alias("clean"))
         .orderBy("business_date")
@@ -89,13 +94,12 @@ def _expected(spark, settings) -> dict[str, Any]:  # type: ignore[no-untyped-def
     last = latest.where(F.col("business_date") == last_day)
     run_ids = [r["run_id"] for r in last.select("run_id").collect()]
     breaks = read(spark, control.recon_breaks).where(F.col("run_id").isin(run_ids)).count()
-    stages = read(spark, control.stage_changes).where(F.col("flow") == FLOW.name)
     return {
         "streak": [(str(r["business_date"]), int(r["breaks"]), r["clean"]) for r in parity][-30:],
         "last_day": str(last_day),
         "last_breaks": int(last.agg(F.sum("breaks")).first()[0]),
         "worst_rows": min(breaks, 10),
-        "stage": stages.orderBy(F.col("changed_at").desc()).first()["to_stage"],
+        "stage": now,
         "history_rows": stages.count(),
     }
 
