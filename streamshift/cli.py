@@ -275,7 +275,7 @@ def _cmd_close(args: argparse.Namespace) -> int:
 def _cmd_stage(args: argparse.Namespace) -> int:
     from streamshift.control.stages import promotion_evidence
     from streamshift.core.stages import next_stage, stage
-    from streamshift.read.control import current_stage, stage_history
+    from streamshift.read.control import current_stage, day_closes, stage_history
 
     settings, flow = load_settings(), _known_flow(args.flow)
     now = stage(current_stage(settings, flow))
@@ -290,6 +290,18 @@ def _cmd_stage(args: argparse.Namespace) -> int:
         _print_evidence(evidence)
     elif following is not None:
         print(f"promotion to {following.name} needs no evidence")
+    closes = day_closes(settings, flow)[-5:]
+    print(
+        f"last closed dates (a stage-{now.name} day closes by {now.closes_by.replace('_', ' ')}):"
+    )
+    for c in closes:
+        reason = f" ({c['reason']})" if c["reason"] else ""
+        print(
+            f"    {c['business_date']}  {c['layer']} layer  {c['how']}{reason}  "
+            f"by {c['closed_by']} at {c['closed_at']}"
+        )
+    if not closes:
+        print("    none yet")
     print("stage history:")
     for change in stage_history(settings, flow):
         forced = f" FORCED ({change['reason']})" if change["forced"] else ""
@@ -792,9 +804,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "stage",
         help="show a flow's migration stage, evidence and history",
-        description="The flow's stage, the promotion evidence (the last N reconciled dates, "
-        "stream vs batch, and data quality when STREAMSHIFT_PROMOTION_QUALITY_SUITES is set) "
-        "and every recorded stage change. Reads without Spark.",
+        description="The flow's stage, the evidence the next promotion needs (the last N "
+        "reconciled dates: stream vs batch into stream, the EOD file vs the stream layer into "
+        "kappa; and data quality when STREAMSHIFT_PROMOTION_QUALITY_SUITES is set), the last "
+        "closed dates and every recorded stage change. Reads without Spark.",
     )
     p.add_argument("--flow", required=True)
     p.set_defaults(handler=_cmd_stage)
