@@ -47,11 +47,7 @@ class CutOffCheck:
     @property
     def behind(self) -> dict[int, int]:
         """Partitions whose committed offset is short of what the cut-off needs: events behind."""
-        return {
-            p: need - self.committed.get(p, 0)
-            for p, need in sorted(self.needed.items())
-            if self.committed.get(p, 0) < need
-        }
+        return offsets_behind(self.needed, self.committed)
 
     @property
     def ready(self) -> bool:
@@ -85,6 +81,15 @@ class CutOffCheck:
                 "committed": {str(p): o for p, o in sorted(self.committed.items())},
             }
         )
+
+
+def offsets_behind(needed: dict[int, int], committed: dict[int, int]) -> dict[int, int]:
+    """Per partition whose committed offset is short of the needed one: events behind."""
+    return {
+        p: need - committed.get(p, 0)
+        for p, need in sorted(needed.items())
+        if committed.get(p, 0) < need
+    }
 
 
 def committed_offsets(checkpoint: Path, topic: str) -> dict[int, int]:

@@ -62,11 +62,14 @@ class CloseResult:
 def check(settings: Settings, request: CloseRequest) -> CutOffCheck | None:
     """The gate, without a JVM: ``None`` for a forced close, else a ready check; raises
     :class:`CloseRefused` saying what the close waits for."""
+    return _gate(settings, request, stages.stage(current_stage(settings, request.flow)))
+
+
+def _gate(settings: Settings, request: CloseRequest, now: stages.Stage) -> CutOffCheck | None:
     if request.force:
         if not (request.reason and request.reason.strip()):
             raise CloseRefused("--force needs --reason TEXT: a forced close is recorded with why")
         return None
-    now = stages.stage(current_stage(settings, request.flow))
     if now.closes_by != stages.BY_CUT_OFF:
         raise CloseRefused(
             f"{request.flow} is in stage {now.name}, where a day closes by its "
@@ -90,9 +93,10 @@ def run(
     from streamshift.write.target import Target
 
     settings = settings or load_settings()
-    found = check(settings, request)
+    now = stages.stage(current_stage(settings, request.flow))
+    found = _gate(settings, request, now)
     flow = get_flow(request.flow)
-    layers = stages.stage(current_stage(settings, flow.name)).closes_layers
+    layers = now.closes_layers
     how = stages.BY_FORCE if found is None else stages.BY_CUT_OFF
     Target.open(spark, settings, flow, "stream").close_day(
         request.business_date,

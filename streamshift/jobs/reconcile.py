@@ -75,13 +75,9 @@ def open_layers(spark: SparkSession, settings: Settings, flow: Flow) -> dict[str
     return {layer: Target.open(spark, settings, flow, layer) for layer in ("batch", "stream")}
 
 
-def _serving(
-    settings: Settings, flow: Flow, targets: dict[str, Target], table: str, business_date: dt.date
-) -> DataFrame:
-    """A view (or ``current``) of one date as readers are served it in the flow's stage."""
-    closed = closed_dates(settings, flow.name)
-    layer = serving_layer(current_stage(settings, flow.name), business_date, closed)
-    return targets[layer].table(table).where(F.col(flow.business_date) == F.lit(business_date))
+def _serving(flow: Flow, target: Target, table: str, business_date: dt.date) -> DataFrame:
+    """A view (or ``current``) of one date from the layer that serves it."""
+    return target.table(table).where(F.col(flow.business_date) == F.lit(business_date))
 
 
 def reconcile_date(
@@ -142,10 +138,15 @@ def _reconcile_date(
                 )
             )
 
+    # The layer readers are served the date from in this stage (read once for both below).
+    if against is not None or eod_file is not None:
+        closed = closed_dates(settings, flow.name)
+        layer = serving_layer(stage, business_date, closed)
+
     if against is not None:
         view = flow.views[0]
         _say(f"external: serving {view.name} vs {against}")
-        serving = _serving(settings, flow, targets, view.name, business_date)
+        serving = _serving(flow, targets[layer], view.name, business_date)
         external = read_external_view(spark, against, view.group_key, serving.schema).where(bd)
         columns = [c for c in external.columns if c not in view.group_key]
         result = ReconResult(
@@ -177,9 +178,7 @@ def _reconcile_date(
     if eod_file is not None:
         _say(f"current state vs the EOD file {eod_file}")
         reference = targets["stream"].reference
-        closed = closed_dates(settings, flow.name)
-        layer = serving_layer(stage, business_date, closed)
-        current = _serving(settings, flow, targets, "current", business_date)
+        current = _serving(flow, targets[layer], "current", business_date)
         in_file = _file_state(spark, flow, eod_file, business_date, reference)
         current = _without_cancelled_absent(flow, current, in_file)
         current, in_file, late = _without_late(
@@ -334,7 +333,7 @@ def correct_through_log(
     (:class:`ReconcileError` after ``correction_wait_seconds``). A re-run derives the same
     differences from the pinned state and produces identical messages; the write path keeps
     one copy of each version."""
-    from streamshift.control.cutoff import committed_offsets, stream_topic
+    from streamshift.control.cutoff import committed_offsets, offsets_behind, stream_topic
     from streamshift.core.contract import SOURCE_HEADER, SOURCE_REF, SOURCE_REF_HEADER
     from streamshift.core.heartbeat import query_name
     from streamshift.sources.produce import produce_rows
@@ -378,10 +377,7 @@ def correct_through_log(
     deadline = time.monotonic() + settings.correction_wait_seconds
     last_said = 0.0
     while True:
-        committed = committed_offsets(checkpoint, topic)
-        behind = {
-            p: e - committed.get(p, 0) for p, e in sent.ends.items() if committed.get(p, 0) < e
-        }
+        behind = offsets_behind(sent.ends, committed_offsets(checkpoint, topic))
         if not behind:
             break
         if time.monotonic() > deadline:

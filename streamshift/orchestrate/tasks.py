@@ -19,6 +19,7 @@ from typing import Any
 
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.settings import Settings
+from streamshift.core.stages import CORRECT, LOAD
 from streamshift.core.stages import stage as stage_of
 from streamshift.quality.project import QualityError, QualityRun, datasets, new_run_id
 
@@ -105,9 +106,7 @@ def resolve_inputs(
         "file": str(path),
         "stage": stage,
         "external": against[1] if against else None,
-        "path": {"load": "load_eod_file", "correct": "correct_stream_layer"}.get(
-            now.eod, "close_day"
-        ),
+        "path": {LOAD: "load_eod_file", CORRECT: "correct_stream_layer"}.get(now.eod, "close_day"),
         "waits_for_file": now.waits_for_file,
         # Batch: only an external file to reconcile against; shadow: stream vs batch too;
         # kappa: the external file.
