@@ -55,6 +55,23 @@ def _cmd_kafka(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_engine(args: argparse.Namespace) -> int:
+    from streamshift.local.engine import LocalEngine
+
+    engine = LocalEngine(load_settings())
+    if args.action == "up":
+        print(f"starting the engine at {engine.url} ...", file=sys.stderr, flush=True)
+        started = engine.start(progress=_say_progress)
+        print(f"engine {'' if started else 'already '}{engine.status().describe()}")
+    elif args.action == "down":
+        print("engine stopped" if engine.stop() else "the engine was not running; nothing to stop")
+    else:
+        status = engine.status()
+        print(f"engine {status.describe()}")
+        return 0 if status.running else 3
+    return 0
+
+
 def _known_flow(flow: str) -> str:
     from streamshift.core.registry import flow_names
 
@@ -75,7 +92,7 @@ def _cmd_maintain(args: argparse.Namespace) -> int:
             "(the first EOD load or stream batch writes them)"
         )
         return 0
-    settings, spark, flow = _spark(args.flow)
+    settings, spark, flow = _spark(args.flow, engine=False)
     print(run_maintain(spark, settings, flow).describe())
     return 0
 
@@ -146,15 +163,19 @@ def _say_progress(message: str) -> None:
     print(f"[streamshift] {message}", file=sys.stderr, flush=True)
 
 
-def _spark(flow_name: str):  # type: ignore[no-untyped-def]
-    """(settings, spark, flow) for a command that needs Spark; says what Spark it runs on."""
+def _spark(flow_name: str, engine: bool = True):  # type: ignore[no-untyped-def]
+    """(settings, spark, flow) for a command that needs Spark; says what Spark it runs on.
+
+    ``engine``: a request-style job runs on the warm engine when it is up; the long-running
+    applications (stream, serve) and upkeep (``maintain``, which checkpoints Delta's log
+    through the JVM) pass False and run in a session of their own."""
     from streamshift.core.registry import get_flow
     from streamshift.spark import describe_session, get_spark
 
     settings = load_settings()
     flow = get_flow(flow_name)
     print("starting Spark ...", file=sys.stderr, flush=True)
-    spark = get_spark(settings, app_name=f"streamshift-{flow_name}")
+    spark = get_spark(settings, app_name=f"streamshift-{flow_name}", engine=engine)
     print(describe_session(spark), file=sys.stderr, flush=True)
     return settings, spark, flow
 
@@ -472,7 +493,7 @@ def _cmd_stream(args: argparse.Namespace) -> int:
     settings = load_settings()
     stream_topics(settings, get_flow(args.flow), args.topic)  # the broker, before Spark
     lower_priority(settings.stream_nice)  # before the JVM starts: it inherits it
-    settings, spark, flow = _spark(args.flow)
+    settings, spark, flow = _spark(args.flow, engine=False)
     run = run_stream(
         spark,
         settings,
@@ -502,7 +523,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     settings = load_settings()
     check_checkpoint(checkpoint_path(settings, flow, view, args.engine), args.engine)
     serve_topics(settings, flow, view, args.topic)
-    settings, spark, flow = _spark(args.flow)
+    settings, spark, flow = _spark(args.flow, engine=False)
     run = run_serve(
         spark,
         settings,
@@ -581,6 +602,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("action", choices=["start", "stop", "status"])
     p.set_defaults(handler=_cmd_kafka)
+
+    p = sub.add_parser(
+        "engine",
+        help="run the warm Spark engine (a Spark Connect server) on 127.0.0.1",
+        description="Start, stop or inspect the local warm engine: Spark's Spark Connect "
+        "server with Delta and the kit's jars, at STREAMSHIFT_ENGINE. While it is up, eod, "
+        "reconcile, close, replay, promote and quality run on it and start no JVM of their "
+        "own; while it is down they start a local Spark session. Its log is "
+        "STREAMSHIFT_HOME/engine/engine.log.",
+    )
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.set_defaults(handler=_cmd_engine)
 
     p = sub.add_parser(
         "maintain",

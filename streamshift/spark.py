@@ -149,16 +149,65 @@ def active_profile() -> str:
     return "submitted" if os.environ.get("PYSPARK_GATEWAY_PORT") else "local"
 
 
+def engine_address(url: str) -> tuple[str, int]:
+    """(host, port) of a Spark Connect URL (``sc://host:port/;params``; port 15002 if none)."""
+    netloc = url.removeprefix("sc://").split("/", 1)[0].split(";", 1)[0]
+    host, sep, port = netloc.rpartition(":")
+    return (host, int(port)) if sep else (netloc, 15002)
+
+
+def engine_answers(settings: Settings) -> bool:
+    """Whether the engine the settings name listens (a TCP connect, no session)."""
+    from streamshift.core.processes import port_open
+
+    if not settings.engine:
+        return False
+    host, port = engine_address(settings.engine)
+    return port_open(port, host)
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect session (a client of the engine)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def connect_session(url: str, *, whole_process: bool = True) -> SparkSession:
+    """A Spark Connect session to the engine at ``url``.
+
+    ``whole_process``: PySpark's builder marks the process as a Connect client (an environment
+    variable, which ``pyspark.sql.functions`` reads to build Connect columns and which child
+    processes inherit); no local session can start in it afterwards. A job's process wants
+    that. A process that only checks the engine (``whole_process=False``) gets a session of
+    the Connect client's own builder, good for DataFrame methods, not for ``functions``."""
+    if whole_process:
+        from pyspark.sql import SparkSession
+
+        return SparkSession.builder.remote(url).getOrCreate()
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    return ConnectSession.builder.remote(url).getOrCreate()  # type: ignore[return-value]
+
+
 def get_spark(
     settings: Settings | None = None,
     app_name: str = "streamshift",
     profile: str | None = None,
+    *,
+    engine: bool = False,
 ) -> SparkSession:
-    """Get or create the SparkSession of ``profile`` (default: :func:`active_profile`)."""
+    """Get or create the SparkSession of ``profile`` (default: :func:`active_profile`).
+
+    ``engine``: a request-style job, which runs on the warm engine (a Spark Connect session)
+    when the settings name one that answers, and in a session of its own otherwise. The
+    long-running applications (stream, serve) and spark-submit drivers never pass it."""
     from pyspark.sql import SparkSession
 
     settings = settings or load_settings()
     profile = profile or active_profile()
+    if engine and profile == "local" and engine_answers(settings):
+        spark = connect_session(settings.engine)
+        spark.conf.set("spark.sql.shuffle.partitions", str(settings.spark_shuffle_partitions))
+        return spark
     if profile == "local":
         # Bind everything to loopback; without it Spark picks the first non-loopback interface.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -198,6 +247,14 @@ _interpreting: dict[int, tuple[int, dict[str, str | None]]] = {}
 _interpreting_lock = threading.Lock()
 
 
+def _session_key(session: SparkSession) -> object:
+    """One key per Spark session, whichever Python wrapper holds it: a Connect session's id,
+    or a local session's JVM object (wrappers of one local session may differ)."""
+    if is_connect(session):
+        return session.session_id
+    return session._jsparkSession.hashCode()
+
+
 @contextmanager
 def interpreted(*sessions: SparkSession) -> Iterator[None]:
     """Run the block's queries in ``sessions`` without generated code.
@@ -207,7 +264,7 @@ def interpreted(*sessions: SparkSession) -> Iterator[None]:
     code"). The setting is the session's, so it is counted per session: threads of one process
     may enter at once, and the last to leave restores what the session had.
     """
-    unique = {session._jsparkSession.hashCode(): session for session in sessions}
+    unique = {_session_key(session): session for session in sessions}
     for key, session in unique.items():  # keyed by the JVM session: wrappers may differ
         with _interpreting_lock:
             count, saved = _interpreting.get(key, (0, {}))
@@ -235,12 +292,16 @@ def interpreted(*sessions: SparkSession) -> Iterator[None]:
 def is_interpreted(session: SparkSession) -> bool:
     """Whether a block of :func:`interpreted` holds ``session`` now."""
     with _interpreting_lock:
-        return session._jsparkSession.hashCode() in _interpreting
+        return _session_key(session) in _interpreting
 
 
 def describe_session(spark: SparkSession, profile: str | None = None) -> str:
-    """'Spark local[1] (submitted profile)': what a job runs on, for its log."""
-    return f"Spark {spark.sparkContext.master} ({profile or active_profile()} profile)"
+    """'Spark local[1] (submitted profile)' or 'the engine at sc://...': what a job runs on,
+    for its log."""
+    master = spark.conf.get("spark.master")
+    if is_connect(spark):
+        return f"Spark {master} (the warm engine, through Spark Connect)"
+    return f"Spark {master} ({profile or active_profile()} profile)"
 
 
 def submit_args(settings: Settings) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,12 +12,20 @@ from streamshift.spark import submit_env
 CLI = [sys.executable, "-m", "streamshift.cli"]
 # Small local Spark for commands that start one.
 LOCAL_SPARK = {"spark_master": "local[2]", "spark_shuffle_partitions": "2"}
+# The suite's warm engine (conftest.py starts it), which request-style commands run on; empty
+# when the suite runs without one (TESTS_ENGINE=off): then each command starts its own JVM.
+ENGINE_URL_VAR = "TESTS_ENGINE_URL"
+
+
+def test_engine() -> str:
+    return os.environ.get(ENGINE_URL_VAR, "")
 
 
 def cli_env(home: Path, **settings: str) -> dict[str, str]:
     """The environment minus the developer's STREAMSHIFT_*, plus ``home`` and ``settings``
     (given by field name: ``spark_master="local[2]"`` → STREAMSHIFT_SPARK_MASTER)."""
     env = submit_env(home)  # this venv first on PATH, loopback, this Python for workers
+    env["STREAMSHIFT_ENGINE"] = test_engine()  # never a developer's engine
     env.update({f"STREAMSHIFT_{name.upper()}": value for name, value in settings.items()})
     return env
 

@@ -36,6 +36,37 @@ from streamshift.core.registry import flow_names
 from streamshift.core.settings import Settings, load_settings
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite's warm engine: one Spark Connect server that every request-style command the
+    tests run (eod, reconcile, close, replay, promote, quality) uses, started once by the
+    controlling process before any worker (workers inherit its address) and stopped at the
+    end. ``TESTS_ENGINE=off`` runs the suite without it (each command then starts a JVM)."""
+    from tests.cli_support import ENGINE_URL_VAR
+
+    if hasattr(config, "workerinput") or os.environ.get("TESTS_ENGINE") == "off":
+        return
+    import tempfile
+
+    from streamshift.core.processes import free_port
+    from streamshift.local.engine import LocalEngine
+
+    home = Path(tempfile.mkdtemp(prefix="streamshift-test-engine-"))
+    engine = LocalEngine(load_settings({}, home=home, engine=f"sc://127.0.0.1:{free_port()}"))
+    print(f"[tests] starting the warm engine at {engine.url} ...", file=sys.stderr, flush=True)
+    engine.start()
+    os.environ[ENGINE_URL_VAR] = engine.url
+    config.stash[_ENGINE] = engine
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    engine = config.stash.get(_ENGINE, None)
+    if engine is not None:
+        engine.stop()  # type: ignore[attr-defined]
+
+
+_ENGINE = pytest.StashKey[object]()
+
+
 def _uses_stack(item: pytest.Item | None) -> bool:
     return item is not None and "airflow_stack" in getattr(item, "fixturenames", ())
 
@@ -96,7 +127,15 @@ def session_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def settings(session_home: Path) -> Settings:
-    return load_settings({}, home=session_home, spark_master="local[2]", spark_shuffle_partitions=2)
+    from tests.cli_support import test_engine
+
+    return load_settings(
+        {},
+        home=session_home,
+        spark_master="local[2]",
+        spark_shuffle_partitions=2,
+        engine=test_engine(),  # the suite's engine, never a developer's
+    )
 
 
 @pytest.fixture(scope="session")

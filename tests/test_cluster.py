@@ -57,14 +57,17 @@ def tables(spark, settings, layer: str, day: dt.date) -> dict[str, Any]:  # type
 def test_eod_stream_and_dag_on_a_standalone_cluster_match_local_mode(  # type: ignore[no-untyped-def]
     spark, kafka_settings, cluster, tmp_path: Path
 ) -> None:
-    on_cluster = replace(kafka_settings, home=tmp_path / "cluster-home", spark_master=cluster.url)
+    # On the cluster every job runs on the cluster's master: no warm engine.
+    on_cluster = replace(
+        kafka_settings, home=tmp_path / "cluster-home", spark_master=cluster.url, engine=""
+    )
     local = replace(kafka_settings, home=tmp_path / "local-home")
     files = {d: land_day(on_cluster, d, trades=300) for d in (D1, D2)}
 
     # 1. spark-submit of spark_jobs/eod.py to the master; --jars ship the connector and Delta.
     args = submit_args(on_cluster)
     assert args[args.index("--master") + 1] == cluster.url and "--jars" in args
-    env = cli_env(on_cluster.home, spark_master=cluster.url)
+    env = cli_env(on_cluster.home, spark_master=cluster.url, engine="")
     submitted = subprocess.run(
         [str(Path(sys.executable).parent / "spark-submit"), *args,
          str(REPO / "spark_jobs" / "eod.py"),
@@ -83,6 +86,7 @@ def test_eod_stream_and_dag_on_a_standalone_cluster_match_local_mode(  # type: i
         env=cli_env(
             on_cluster.home,
             spark_master=cluster.url,
+            engine="",
             kafka_bootstrap_servers=kafka_settings.kafka_bootstrap_servers,
         ),
         capture_output=True, text=True, timeout=600, check=False,

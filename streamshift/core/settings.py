@@ -87,6 +87,13 @@ def _one_of(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+def _engine_url(text: str) -> str:
+    text = text.strip()
+    if text and not text.startswith("sc://"):
+        raise ValueError("must be a Spark Connect URL, sc://host:port, or empty")
+    return text
+
+
 def _path(text: str) -> Path:
     return Path(text).expanduser().resolve()
 
@@ -107,6 +114,14 @@ class Settings:
         max(2, (os.cpu_count() or 2) * 2), _positive_int, "spark.sql.shuffle.partitions"
     )
     spark_driver_memory: str = _setting("2g", str, "spark.driver.memory")
+    engine: str = _setting(
+        "sc://127.0.0.1:15002",
+        _engine_url,
+        "Spark Connect URL of the warm engine (`streamshift engine up`); request-style jobs "
+        "(eod, reconcile, close, replay, promote, quality) run on it when it answers and in a "
+        "local Spark session when it does not; empty: always local",
+    )
+    engine_memory: str = _setting("3g", str, "driver memory of the local engine")
     spark_ui: bool = _setting(False, _bool, "start the Spark web UI")
     # Every driver this kit starts works through up to a million rows at a time: the
     # throughput collector loads a 1M-row EOD day ~13 % faster than G1 on 2 cores and catches

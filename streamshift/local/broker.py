@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamshift.core.errors import StreamshiftError
-from streamshift.core.processes import pid_alive, port_open
+from streamshift.core.processes import pid_alive, port_open, reap, tail
 from streamshift.core.settings import Settings
 
 
@@ -207,7 +207,7 @@ class LocalBroker:
                 self.pid_file.unlink(missing_ok=True)
                 raise BrokerError(
                     f"the broker exited with code {process.returncode}; see {self.log_file}:\n"
-                    + _tail(self.log_file)
+                    + tail(self.log_file)
                 )
             if port_open(self.port) and self._answers():
                 return True
@@ -234,25 +234,11 @@ class LocalBroker:
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and pid_alive(pid):
-            _reap(pid)
+            reap(pid)
             time.sleep(0.2)
         if pid_alive(pid):
             os.kill(pid, signal.SIGKILL)
             time.sleep(0.5)
-            _reap(pid)
+            reap(pid)
         self.pid_file.unlink(missing_ok=True)
         return True
-
-
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""

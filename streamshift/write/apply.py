@@ -35,10 +35,12 @@ from typing import Any, Self
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
+from streamshift.core import sqltext as sql
 from streamshift.core.catalog import LATE_EVENTS_SCHEMA, LayerTables
 from streamshift.core.contract import APPLIED_AT, FAILED, IS_DELETED, RAW, SOURCE, SOURCE_REF
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.flow import Flow, Reference
+from streamshift.core.sqltext import Sql
 from streamshift.write.commits import append, merge_into
 from streamshift.write.target import Target, delta_log_version, read, when_small
 from streamshift.write.transforms import (
@@ -128,17 +130,16 @@ def _isin(column: str, values: Sequence[object]) -> Column:
     return F.col(column).isin(list(values)) if values else F.lit(False)
 
 
-def _synthetic(alias: str = "") -> Column:
+def _synthetic(alias: str = "") -> Sql:
     """Whether a row (of ``alias``, in a MERGE) is a replacement's synthetic cancel."""
-    source = F.col(f"{alias}.{SOURCE}" if alias else SOURCE)
-    return F.coalesce(source == F.lit(REPLACEMENT_SOURCE), F.lit(False))
+    return sql.coalesce(sql.col(SOURCE, alias).eq(sql.lit(REPLACEMENT_SOURCE)), sql.FALSE)
 
 
-def _same(columns: Sequence[str]) -> Column:
+def _same(columns: Sequence[str]) -> Sql:
     """Target ``t`` and source ``s`` agree on ``columns`` (a MERGE's join)."""
-    on = F.lit(True)
+    on = sql.TRUE
     for c in columns:
-        on = on & (F.col(f"t.{c}") == F.col(f"s.{c}"))
+        on = on & sql.col(c, "t").eq(sql.col(c, "s"))
     return on
 
 
@@ -449,7 +450,7 @@ def _apply_accepted(
                 flow,
                 versions,
                 tables,
-                _within(f"t.{key}", key_range),
+                _within(key, key_range, "t"),
             )
             touched, conflicts = steps.run(
                 "touched",
@@ -494,7 +495,7 @@ def _apply_accepted(
 
         date_at = group_columns.index(bd)
         touched_dates = sorted({g[date_at] for g in touched} | set(incoming_dates))
-        date_filter = _isin(f"t.{bd}", touched_dates)
+        date_filter = sql.col(bd, "t").isin(touched_dates)
 
         # A large batch for dates current state never held (a new day's EOD file): nothing
         # can match, so an insert-only MERGE does it (one anti-join, no source materialisation,
@@ -511,7 +512,7 @@ def _apply_accepted(
             latest,
             tables,
             date_filter,
-            _isin(f"t.{key}", keys) if small else F.lit(True),
+            sql.col(key, "t").isin(keys) if small else sql.TRUE,
             sum(r["keys"] for r in by_group) if seen_empty_at is not None else None,
             attempts,
         )
@@ -628,17 +629,17 @@ def _group_columns(flow: Flow) -> list[str]:
     return sorted({flow.business_date} | {c for v in flow.views for c in v.group_key})
 
 
-def _within(column: str, key_range: tuple[object, object]) -> Column:
+def _within(column: str, key_range: tuple[object, object], alias: str = "") -> Sql:
     """``column`` inside a batch's key range: implied by a join on the key, and what lets Delta
     skip every file whose key statistics lie outside it. Keys that grow with time (ids that
     carry their date, sequence numbers) put earlier days' files outside, so a load reads
     the history it can match, not all of it; other keys lose nothing."""
     low, high = key_range
-    return F.col(column).between(F.lit(low), F.lit(high))
+    return sql.col(column, alias).between(low, high)
 
 
 def _merge_history(
-    spark: SparkSession, flow: Flow, versions: DataFrame, tables: LayerTables, narrowed: Column
+    spark: SparkSession, flow: Flow, versions: DataFrame, tables: LayerTables, narrowed: Sql
 ) -> None:
     """Step 3: every accepted version, once (insert-only MERGE on key and version).
 
@@ -649,7 +650,7 @@ def _merge_history(
     it. The MERGE reads the files it could match, so Delta refuses the second commit and the
     apply runs again.
     """
-    on = _same([flow.key, flow.version]) & _synthetic("t").eqNullSafe(_synthetic("s")) & narrowed
+    on = _same([flow.key, flow.version]) & _synthetic("t").eq_null_safe(_synthetic("s")) & narrowed
     merge_into(spark, tables.history, versions, on, insert="*")
 
 
@@ -665,7 +666,7 @@ def _insert_history(
     rows = versions.join(F.broadcast(wanted), [key, version], "left_semi")
     keys = sorted({r[key] for r in new})
     dates = sorted({r[bd] for r in new})
-    narrowed = _isin(f"t.{bd}", dates) & _isin(f"t.{key}", keys)
+    narrowed = sql.col(bd, "t").isin(dates) & sql.col(key, "t").isin(keys)
     _merge_history(spark, flow, rows, tables, narrowed)
 
 
@@ -708,7 +709,7 @@ def _touched_groups(
     whether it holds anything in the key range, which Delta answers from the files' key
     statistics. A later batch of a day skips that question (its keys have been seen)."""
     key = flow.key
-    stored = read(spark, tables.history).where(_within(key, key_range))
+    stored = read(spark, tables.history).where(_within(key, key_range).column())
     if new_dates and stored.isEmpty():
         # Nothing stored in the range: the groups are the batch's own, without the distinct
         # of a million keys for the join.
@@ -718,13 +719,13 @@ def _touched_groups(
         key,
         F.col(version).alias("_v"),
         content_hash(flow).alias("_c"),
-        _synthetic().alias("_synthetic"),
+        _synthetic().column().alias("_synthetic"),
     )
     known = stored.join(batch, key).select(
         *group_columns,
         F.when(
             (F.col(version) == F.col("_v"))
-            & (_synthetic() == F.col("_synthetic"))
+            & (_synthetic().column() == F.col("_synthetic"))
             & (content_hash(flow) != F.col("_c")),
             F.struct(F.col(key).alias("k"), F.col(version).alias("v")),
         ).alias("_conflict"),
@@ -742,8 +743,8 @@ def _merge_current(
     flow: Flow,
     latest: DataFrame,
     tables: LayerTables,
-    date_filter: Column,
-    key_filter: Column,
+    date_filter: Sql,
+    key_filter: Sql,
     fresh_keys: int | None,
     attempts: _Attempts,
 ) -> bool:
@@ -755,8 +756,8 @@ def _merge_current(
     insert-only one stays committed should the full one then meet a conflict). Returns whether
     the insert-only MERGE inserted every key.
     """
-    higher = F.col(f"s.{flow.version}") > F.col(f"t.{flow.version}")
-    same = F.col(f"s.{flow.version}") == F.col(f"t.{flow.version}")
+    higher = sql.col(flow.version, "s").gt(sql.col(flow.version, "t"))
+    same = sql.col(flow.version, "s").eq(sql.col(flow.version, "t"))
     # A replacement's synthetic cancel ranks below a real event of the same version number.
     version = higher | (same & _synthetic("t") & ~_synthetic("s"))
     on = _same([flow.key]) & date_filter & key_filter
@@ -837,7 +838,7 @@ def _merge_view(
     live: DataFrame,
     groups: DataFrame,  # type: ignore[no-untyped-def]
     path: str,
-    date_filter: Column,
+    date_filter: Sql,
     local: bool,
 ) -> None:
     """MERGE the touched groups that actually changed; nothing to change, no commit."""
@@ -845,7 +846,7 @@ def _merge_view(
     stored = (
         read(spark, path)
         .alias("t")
-        .where(date_filter)
+        .where(date_filter.column())
         .join(F.broadcast(groups), list(view.group_key), "left_semi")
     )
     changed = changed_groups(recomputed, stored, view.group_key)
@@ -865,16 +866,16 @@ def _merge_view(
         value_columns = [c for c in source.columns if c not in view.group_key and c != "_present"]
         on = date_filter
         for c in view.group_key:
-            on = on & F.col(f"t.{c}").eqNullSafe(F.col(f"s.{c}"))
-        present = F.col("s._present").isNotNull()
+            on = on & sql.col(c, "t").eq_null_safe(sql.col(c, "s"))
+        present = sql.col("_present", "s").is_not_null()
         merge_into(
             spark,
             path,
             source,
             on,
             delete_when=~present,
-            update={c: F.col(f"s.{c}") for c in value_columns},
-            insert={c: F.col(f"s.{c}") for c in (*view.group_key, *value_columns)},
+            update={c: sql.col(c, "s") for c in value_columns},
+            insert={c: sql.col(c, "s") for c in (*view.group_key, *value_columns)},
             insert_when=present,
         )
     finally:

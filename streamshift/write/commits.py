@@ -1,9 +1,9 @@
 """Every Delta commit of the write path goes through here: one MERGE helper, one append, and
 the fault-injection point the re-run tests use.
 
-Conditions are :class:`~pyspark.sql.Column` expressions, never SQL text built from data: a
-key such as ``BK\\7`` or ``O'Brien`` is a literal value to Spark, not characters in a
-statement. Column names in the conditions come from the flow's spec, never from data.
+Conditions are :class:`~streamshift.core.sqltext.Sql` expressions: values in them are typed
+literals from the one encoder (a key such as ``BK\\7`` or ``O'Brien`` is hex bytes to the
+parser, never characters of the statement). Column names come from the flow's spec.
 
 Fault injection (tests, and anyone checking a deployment's recovery): with
 ``STREAMSHIFT_KILL_AFTER_COMMITS=k`` in the environment, the process exits with status 137
@@ -21,11 +21,13 @@ import threading
 from collections.abc import Mapping
 from typing import Literal
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
+
+from streamshift.core.sqltext import Sql, delta_path, identifier
 
 KILL_ENV = "STREAMSHIFT_KILL_AFTER_COMMITS"
 
-Assignments = Literal["*"] | Mapping[str, Column]
+Assignments = Literal["*"] | Mapping[str, Sql]
 
 
 class SimulatedKill(BaseException):
@@ -81,35 +83,51 @@ def merge_into(
     spark: SparkSession,
     path: str,
     source: DataFrame,
-    on: Column,
+    on: Sql,
     *,
     update: Assignments | None = None,
-    update_when: Column | None = None,
-    delete_when: Column | None = None,
+    update_when: Sql | None = None,
+    delete_when: Sql | None = None,
     insert: Assignments | None = None,
-    insert_when: Column | None = None,
+    insert_when: Sql | None = None,
 ) -> dict[str, int]:
     """MERGE ``source`` (alias ``s``) into the Delta table at ``path`` (alias ``t``) on ``on``.
 
     ``delete_when``: a matched row meeting it is deleted (checked first); ``update``: matched
     rows are updated, all columns (``"*"``) or the given ones, where ``update_when`` holds;
     ``insert``: unmatched source rows are inserted where ``insert_when`` holds. Returns the
-    MERGE's row counts (``num_inserted_rows``, ``num_updated_rows``, ...)."""
-    from delta.tables import DeltaTable
+    MERGE's row counts (``num_inserted_rows``, ``num_updated_rows``, ...).
 
-    _faults.before()
-    builder = DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), on)
+    Delta's SQL ``MERGE INTO``, so the same call runs in a local session and through Spark
+    Connect; conditions are :class:`~streamshift.core.sqltext.Sql`, whose values are typed
+    literals from the one encoder (Delta resolves a MERGE before parameter markers bind)."""
+
+    def when(condition: Sql | None) -> str:
+        return f" AND {condition.text}" if condition is not None else ""
+
+    clauses = []
     if delete_when is not None:
-        builder = builder.whenMatchedDelete(condition=delete_when)
+        clauses.append(f"WHEN MATCHED{when(delete_when)} THEN DELETE")
     if update == "*":
-        builder = builder.whenMatchedUpdateAll(condition=update_when)
+        clauses.append(f"WHEN MATCHED{when(update_when)} THEN UPDATE SET *")
     elif update is not None:
-        builder = builder.whenMatchedUpdate(condition=update_when, set=dict(update))
+        sets = ", ".join(f"t.{identifier(c)} = {v.text}" for c, v in update.items())
+        clauses.append(f"WHEN MATCHED{when(update_when)} THEN UPDATE SET {sets}")
     if insert == "*":
-        builder = builder.whenNotMatchedInsertAll(condition=insert_when)
+        clauses.append(f"WHEN NOT MATCHED{when(insert_when)} THEN INSERT *")
     elif insert is not None:
-        builder = builder.whenNotMatchedInsert(condition=insert_when, values=dict(insert))
-    row = builder.execute().first()
+        names = ", ".join(identifier(c) for c in insert)
+        values = ", ".join(v.text for v in insert.values())
+        clauses.append(
+            f"WHEN NOT MATCHED{when(insert_when)} THEN INSERT ({names}) VALUES ({values})"
+        )
+    statement = f"MERGE INTO {delta_path(path)} t USING {{source}} s ON {on.text} " + " ".join(
+        clauses
+    )
+    _faults.before()
+    # The statement's own braces are doubled: the source is the one placeholder.
+    template = statement.replace("{", "{{").replace("}", "}}").replace("{{source}}", "{source}")
+    row = spark.sql(template, source=source).first()
     _faults.after(f"MERGE into {path}")
     return {k: int(v or 0) for k, v in row.asDict().items()} if row is not None else {}
 

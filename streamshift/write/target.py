@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from streamshift.core import storage
 from streamshift.core.catalog import (
     DAY_CLOSES_SCHEMA,
     EOD_RUNS_SCHEMA,
@@ -28,6 +29,7 @@ from streamshift.core.catalog import (
 )
 from streamshift.core.contract import IS_DELETED, SOURCE
 from streamshift.core.flow import Flow, Reference
+from streamshift.core.sqltext import delta_path, identifier
 from streamshift.read.control import closed_dates_in
 from streamshift.spark import interpreted, is_interpreted
 from streamshift.write.commits import append
@@ -46,20 +48,9 @@ def read(spark: SparkSession, path: str, version: int | None = None) -> DataFram
     return reader.load(path)
 
 
-def _hadoop_fs(spark: SparkSession, path: str):  # type: ignore[no-untyped-def]
-    """``path`` as a Hadoop ``Path`` and the file system holding it (JVM objects)."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None  # a classic (not Spark Connect) session
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    return hadoop_path, hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-
-
-def _log_entries(spark: SparkSession, path: str) -> list[str]:
+def _log_entries(path: str) -> list[str]:
     """File names in the table's ``_delta_log`` (none when there is no log): one listing."""
-    log_dir, fs = _hadoop_fs(spark, f"{path}/_delta_log")
-    if not fs.exists(log_dir):
-        return []
-    return [str(status.getPath().getName()) for status in fs.listStatus(log_dir)]
+    return storage.names(f"{path}/_delta_log")
 
 
 def is_table(spark: SparkSession, path: str) -> bool:
@@ -68,9 +59,7 @@ def is_table(spark: SparkSession, path: str) -> bool:
     One listing of ``_delta_log``, not ``DeltaTable.isDeltaTable`` (which resolves the table:
     ~0.2 s each, and every job checks seven tables).
     """
-    return any(
-        name.endswith(".json") or ".checkpoint" in name for name in _log_entries(spark, path)
-    )
+    return any(name.endswith(".json") or ".checkpoint" in name for name in _log_entries(path))
 
 
 def read_or_empty(spark: SparkSession, path: str, schema: StructType | str) -> DataFrame:
@@ -89,41 +78,45 @@ def ensure_table(
     deletion_vectors: bool = False,
 ) -> None:
     """Create the Delta table at ``path`` if it does not exist yet."""
-    from delta.tables import DeltaTable
-
     if is_table(spark, path):
         return
     struct = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
     assert isinstance(struct, StructType)
-    builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(struct)
-    if partition_by:
-        builder = builder.partitionedBy(*partition_by)
-    if change_data_feed:
-        builder = builder.property("delta.enableChangeDataFeed", "true")
+    columns = ", ".join(
+        f"{identifier(f.name)} {f.dataType.simpleString()}" + ("" if f.nullable else " NOT NULL")
+        for f in struct.fields
+    )
     # Deletion vectors, for big tables: a MERGE that touches one row marks it deleted instead
     # of rewriting the whole file it lives in (a correction costs one row, not one file). On
     # small tables rewriting the file is cheaper than the vector (~0.5 s less per MERGE).
-    builder = builder.property("delta.enableDeletionVectors", str(deletion_vectors).lower())
-    builder.execute()
+    properties = {"delta.enableDeletionVectors": str(deletion_vectors).lower()}
+    if change_data_feed:
+        properties["delta.enableChangeDataFeed"] = "true"
+    partitioned = (
+        f" PARTITIONED BY ({', '.join(identifier(c) for c in partition_by)})"
+        if partition_by
+        else ""
+    )
+    # (property names and values are this function's constants: plain SQL strings)
+    props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS {delta_path(path)} ({columns}) USING delta{partitioned} "
+        f"TBLPROPERTIES ({props})"
+    )
 
 
 def partition_bytes(spark: SparkSession, path: str, column: str, values: list[object]) -> int:
     """Bytes in the table's partition directories ``column=value``: what a query of those
     partitions may scan, from one file-system call each (files a later commit replaced count
     until VACUUM removes them, so the measure errs large)."""
-    total = 0
-    for value in values:
-        directory, fs = _hadoop_fs(spark, f"{path}/{column}={value}")
-        if fs.exists(directory):
-            total += fs.getContentSummary(directory).getLength()
-    return total
+    return sum(storage.tree_bytes(f"{path}/{column}={value}") for value in values)
 
 
 def delta_log_version(spark: SparkSession, path: str) -> int:
     """The table's latest commit number, from a listing of ``_delta_log`` (no log replay)."""
     versions = [
         int(name[:-5])
-        for name in _log_entries(spark, path)
+        for name in _log_entries(path)
         if name.endswith(".json") and name[:-5].isdigit()
     ]
     return max(versions, default=-1)
