@@ -174,6 +174,10 @@ def _spark(flow_name: str, engine: bool = True):  # type: ignore[no-untyped-def]
 
     settings = load_settings()
     flow = get_flow(flow_name)
+    if _given_session:
+        spark = _given_session[-1]
+        print(describe_session(spark), file=sys.stderr, flush=True)  # type: ignore[arg-type]
+        return settings, spark, flow
     print("starting Spark ...", file=sys.stderr, flush=True)
     spark = get_spark(settings, app_name=f"streamshift-{flow_name}", engine=engine)
     print(describe_session(spark), file=sys.stderr, flush=True)
@@ -910,6 +914,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_cmd_report)
 
     return parser
+
+
+_given_session: list[object] = []  # the session run_command was handed, while it runs
+
+
+def run_command(argv: Sequence[str], spark: object) -> int:
+    """Run one command in ``spark`` (an Airflow task's session on the engine): the same
+    handlers as :func:`main`, but errors are raised to the caller, which tells a retry from
+    a final failure by ``StreamshiftError.final``."""
+    args = build_parser().parse_args(list(argv))
+    _given_session.append(spark)
+    try:
+        return int(args.handler(args))
+    finally:
+        _given_session.pop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

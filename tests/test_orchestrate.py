@@ -179,29 +179,40 @@ def test_a_failing_job_leaves_its_one_line_error_for_the_orchestrator(tmp_path: 
     assert mark == "final"  # a retry cannot fix a missing file
 
 
-def test_a_spark_task_fails_at_once_when_its_job_says_a_retry_cannot_help(  # type: ignore[no-untyped-def]
+def test_an_engine_task_fails_at_once_when_its_job_says_a_retry_cannot_help(  # type: ignore[no-untyped-def]
     tmp_path: Path, monkeypatch
 ) -> None:
-    """The DAGs' Spark operator, submitting a real job that refuses its input: the task fails
-    with the job's one line and no retry (AirflowFailException), not after two more Spark jobs."""
-    import sys
-
+    """The DAGs' Spark operator, running a real job on the suite's engine that refuses its
+    input: the task fails with the job's one line and no retry (AirflowFailException). With
+    the engine down it fails at once too, saying what to start — it never starts a local
+    Spark in the worker instead."""
     from airflow.sdk.exceptions import AirflowFailException
 
+    from streamshift.core.processes import free_port
     from streamshift.local.airflow import connections
-    from streamshift.orchestrate.dags import spark_task
+    from streamshift.orchestrate.dags import engine_task
+    from tests.cli_support import test_engine
 
-    settings = load_settings({}, home=tmp_path, spark_master="local[1]")
+    if not test_engine():
+        pytest.skip("the suite runs without its engine (TESTS_ENGINE=off)")
+    settings = load_settings({}, home=tmp_path, engine=test_engine())
     for name, value in connections(settings).items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("STREAMSHIFT_HOME", str(tmp_path))
     missing = tmp_path / "missing.csv"
     args = ["--flow", "trades", "--date", "2026-11-20", "--file", str(missing)]
-    task = spark_task("load_eod_file", "spark_jobs/eod.py", args, settings, "a refused load")
+    task = engine_task("load_eod_file", "eod", args, "a refused load")
+    context = {"params": {}}  # (an empty context is replaced, not merged, by the operator)
     with pytest.raises(AirflowFailException) as failed:
-        task.execute({})
+        task.execute(context)
     assert str(failed.value).startswith(f"load_eod_file failed: EOD file {missing} not found")
+
+    down = load_settings({}, home=tmp_path, engine=f"sc://127.0.0.1:{free_port()}")
+    for name, value in connections(down).items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(AirflowFailException, match="does not answer: start it") as failed:
+        engine_task("load_eod_file", "eod", args, "no engine").execute({"params": {}})
+    assert "streamshift engine up" in str(failed.value)
 
 
 def test_the_quality_verdict_needs_the_jobs_recorded_checks(settings) -> None:  # type: ignore[no-untyped-def]

@@ -87,17 +87,25 @@ def _venv_bin() -> Path:
 
 
 def connections(settings: Settings) -> dict[str, str]:
-    """``AIRFLOW_CONN_*`` values: Spark from the settings' master, the local filesystem."""
+    """``AIRFLOW_CONN_*`` values: the warm engine (``spark_connect``) from the settings' engine,
+    spark-submit's master (``spark_default``, upkeep) from their master, the local filesystem."""
     spark = {
         "conn_type": "spark",
         "host": settings.spark_master,
         "extra": {"spark-binary": "spark-submit"},
     }
     fs = {"conn_type": "fs", "extra": {"path": "/"}}
-    return {
+    found = {
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark),
         "AIRFLOW_CONN_FS_DEFAULT": json.dumps(fs),
     }
+    if settings.engine:  # the warm engine every Spark task but upkeep runs on
+        from streamshift.spark import engine_address
+
+        host, port = engine_address(settings.engine)
+        engine = {"conn_type": "spark_connect", "host": f"sc://{host}", "port": port}
+        found["AIRFLOW_CONN_SPARK_CONNECT"] = json.dumps(engine)
+    return found
 
 
 def metadata_db(settings: Settings) -> Path:
@@ -259,6 +267,20 @@ class LocalAirflow:
         if migrated.returncode != 0:
             raise AirflowError(f"airflow db migrate failed: {migrated.stderr.strip()[-1500:]}")
 
+    def _engine_up(self, say) -> None:  # type: ignore[no-untyped-def]
+        """Start the local warm engine the Spark tasks run on, unless it answers already (or
+        the settings name a remote one, or none)."""
+        from streamshift.local.engine import LOOPBACK, LocalEngine
+        from streamshift.spark import engine_address, engine_answers
+
+        if not self.settings.engine or engine_answers(self.settings):
+            return
+        if engine_address(self.settings.engine)[0] not in LOOPBACK:
+            say(f"the engine at {self.settings.engine} does not answer: Spark tasks will fail")
+            return
+        say(f"starting the warm engine at {self.settings.engine} (streamshift engine up)")
+        LocalEngine(self.settings).start()
+
     def up(self, timeout: float = 300, progress: bool = True) -> AirflowStatus:
         """Start whatever is not running, wait until the API answers; idempotent."""
 
@@ -266,6 +288,7 @@ class LocalAirflow:
             if progress:
                 print(f"[airflow] {message}", file=sys.stderr, flush=True)
 
+        self._engine_up(say)
         status = self.status()
         if status.up:
             return status

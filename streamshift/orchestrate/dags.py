@@ -2,9 +2,11 @@
 ``stream_supervisor`` and ``streamshift_promote`` once.
 
 Imported by ``dags/streamshift_dags.py`` at parse time, so this module imports ``airflow.sdk``,
-``pendulum`` and the Spark-free core only: Spark work runs in ``spark-submit`` (through the
-``spark_default`` connection, so the same DAG runs on ``local[*]`` or a cluster), and the
-Python tasks import what they need when they run.
+``pendulum`` and the Spark-free core only. Spark work runs on the warm engine through the
+``spark_connect`` connection (:mod:`streamshift.orchestrate.engine_operator`: the task's
+process is a Spark Connect client, so the same DAG runs against a local engine or one whose
+master is a cluster); upkeep alone is a ``spark-submit`` through ``spark_default``. The Python
+tasks import what they need when they run.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from airflow.sdk import (
 
 from streamshift.core.settings import REPO_ROOT, Settings, load_settings
 from streamshift.orchestrate import tasks as T
+from streamshift.orchestrate.engine_operator import EngineOperator
 from streamshift.orchestrate.waiting import CompleteFileSensor
 from streamshift.quality.project import QualityError
 
@@ -120,17 +123,38 @@ def _spark_kwargs(
 def spark_task(
     task_id: str, application: str, args: Any, settings: Settings, doc: str, **extra: Any
 ) -> SparkSubmitOperator:
+    """A job as a ``spark-submit`` (upkeep only: ``maintain`` checkpoints Delta's log through
+    the JVM, which Spark Connect does not offer)."""
     return StreamshiftSparkSubmitOperator(
         application_args=args, **_spark_kwargs(task_id, application, settings, doc, **extra)
     )
 
 
-def mapped_spark_task(
-    task_id: str, application: str, args: Any, settings: Settings, doc: str
-) -> Any:
-    """One Spark job per element of ``args`` (dynamic task mapping)."""
-    kwargs = _spark_kwargs(task_id, application, settings, doc)
-    return StreamshiftSparkSubmitOperator.partial(**kwargs).expand(application_args=args)
+ENGINE_CONN = "spark_connect"
+
+
+def _engine_kwargs(task_id: str, command: str, doc: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "task_id": task_id,
+        "conn_id": ENGINE_CONN,
+        "python_callable": T.run_on_engine,
+        "op_kwargs": {"command": command},
+        "pool": SPARK_POOL,
+        "doc_md": doc,
+        **extra,
+    }
+
+
+def engine_task(task_id: str, command: str, args: Any, doc: str, **extra: Any) -> Any:
+    """``streamshift <command> <args>`` on the warm engine, in the task's own process (no
+    JVM in the worker), through the ``spark_connect`` connection."""
+    return EngineOperator(op_args=args, **_engine_kwargs(task_id, command, doc, **extra))
+
+
+def mapped_engine_task(task_id: str, command: str, args: Any, doc: str) -> Any:
+    """One engine job per element of ``args`` (an XCom list of argument lists; dynamic task
+    mapping)."""
+    return EngineOperator.partial(**_engine_kwargs(task_id, command, doc)).expand(op_args=args)
 
 
 @contextlib.contextmanager
@@ -284,11 +308,10 @@ the log). Backfill with
                 print(f"{flow} {day}: waiting for {found.waiting_for()}")
             return PokeReturnValue(is_done=found.ready)
 
-        close = spark_task(
+        close = engine_task(
             "close_day",
-            "spark_jobs/close.py",
+            "close",
             inputs["close_args"],
-            settings,
             "Close the date in the stream layer at its cut-off (`streamshift close`) and "
             "validate it.",
         )
@@ -298,18 +321,16 @@ the log). Backfill with
             print(f"stage {stage}: {path}")
             return path
 
-        load = spark_task(
+        load = engine_task(
             "load_eod_file",
-            "spark_jobs/eod.py",
+            "eod",
             inputs["load_args"],
-            settings,
-            "Load the EOD file into the batch layer (`spark_jobs/eod.py`).",
+            "Load the EOD file into the batch layer (`streamshift eod`).",
         )
-        correct = spark_task(
+        correct = engine_task(
             "correct_stream_layer",
-            "spark_jobs/reconcile.py",
+            "reconcile",
             inputs["correct_args"],
-            settings,
             "Reconcile the EOD file against the stream layer and apply the differences.",
         )
 
@@ -323,11 +344,10 @@ the log). Backfill with
             print(f"stage {stage} and no external file: nothing to reconcile, skipping")
             return "data_quality"
 
-        reconcile = spark_task(
+        reconcile = engine_task(
             "reconcile",
-            "spark_jobs/reconcile.py",
+            "reconcile",
             inputs["reconcile_args"],
-            settings,
             "Reconcile stream vs batch and against external files.",
         )
 
@@ -397,7 +417,6 @@ the log). Backfill with
 def late_data_dag(flow: str) -> DAG:
     """``late_data_<flow>``: re-reconcile, re-report and publish again (an event of
     ``published_asset(flow)``) the dates that received late events."""
-    settings = _settings()
     with DAG(
         dag_id=f"late_data_{flow}",
         schedule="@hourly",
@@ -432,8 +451,8 @@ reconciliation, and re-runs **reconcile**, **write_report** and **publish_summar
             return todo
 
         dates = find_late_dates()
-        reconcile = mapped_spark_task(
-            "reconcile", "spark_jobs/reconcile.py", dates, settings, "Re-reconcile one late date."
+        reconcile = mapped_engine_task(
+            "reconcile", "reconcile", dates, "Re-reconcile one late date."
         )
 
         @task(doc_md="Re-write one re-reconciled date's report (reads without Spark).")
@@ -486,7 +505,6 @@ def promote_dag(flows: list[str]) -> DAG:
     """``streamshift_promote``: move a flow to another stage through the promotion gate."""
     from streamshift.core.stages import NAMES
 
-    settings = _settings()
     with DAG(
         dag_id="streamshift_promote",
         schedule=None,
@@ -531,11 +549,10 @@ Airflow user who triggered the run as `changed_by`. The Migration page triggers 
             args = ["--flow", params["flow"], "--to", params["to"], "--by", user]
             return args + (["--force"] if force else []) + (["--reason", reason] if reason else [])
 
-        spark_task(
+        engine_task(
             "record_promotion",
-            "spark_jobs/promote.py",
+            "promote",
             check_gate(),
-            settings,
             "Record the stage change (the gate is checked again as it is recorded).",
         )
     return dag

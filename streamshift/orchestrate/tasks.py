@@ -264,3 +264,15 @@ def summary(settings: Settings, inputs: dict[str, Any]) -> tuple[dict[str, Any],
         line += f"; data quality {q['pass']} pass, {q['warn']} warn, {q['fail']} fail"
         line += "".join(f"; WARNING {w}" for w in result["quality_warnings"])
     return result, line
+
+
+def run_on_engine(*argv: str, command: str, spark: Any = None) -> int:
+    """An engine task's body: ``streamshift <command> <argv>`` in ``spark``, the task's Spark
+    Connect session (the operator made it). A command that reports breaks it was asked to
+    fail on (exit status 1) fails the task."""
+    from streamshift.cli import run_command
+
+    code = run_command([command, *argv], spark)
+    if code != 0:
+        raise RuntimeError(f"streamshift {command} {' '.join(argv)} ended with status {code}")
+    return code
