@@ -18,7 +18,9 @@ from pyspark.sql import functions as F
 from flows.trades import FLOW
 from streamshift.core.catalog import LayerTables
 from streamshift.jobs.eod import run_eod
+from streamshift.core.processes import free_port
 from streamshift.local.airflow import LocalAirflow
+from streamshift.local.engine import LocalEngine
 from streamshift.sources.produce import produce_rows, read_rows
 from streamshift.spark import submit_args
 from streamshift.write.target import Target, read
@@ -94,18 +96,25 @@ def test_eod_stream_and_dag_on_a_standalone_cluster_match_local_mode(  # type: i
     assert streamed.returncode == 0, (streamed.stdout + streamed.stderr)[-3000:]
     assert cluster.url in streamed.stderr + streamed.stdout
 
-    # 3. One eod_trades run through Airflow: spark_default is the master (from the settings).
-    LocalAirflow(on_cluster).migrate()
-    run = dag_test(on_cluster, "eod_trades", f"{D2}T22:00:00+00:00", {})
+    # 3. One eod_trades run through Airflow, its Spark tasks on an engine (a Spark Connect
+    # server) whose master is the cluster: the README's deployment on a cluster.
+    engine = LocalEngine(replace(on_cluster, engine=f"sc://127.0.0.1:{free_port()}"))
+    engine.start()
+    try:
+        through = replace(on_cluster, engine=engine.url)
+        LocalAirflow(through).migrate()
+        run = dag_test(through, "eod_trades", f"{D2}T22:00:00+00:00", {})
+    finally:
+        engine.stop()
     assert run["state"] == "success", run["output"][-4000:]
     assert run["tasks"]["load_eod_file"] == "success"
     assert run["tasks"]["data_quality"] == "success"
-    assert f"--master {cluster.url}" in run["output"] or f"Spark {cluster.url}" in run["output"]
+    assert f"Spark {cluster.url} (the warm engine" in run["output"]
 
     # The master ran every one of those applications on its workers' executors.
     apps = cluster.state()["completedapps"]
     names = [a["name"] for a in apps]
-    assert len(apps) >= 3, names  # eod, stream, load_eod_file (which validates the day too)
+    assert len(apps) >= 3, names  # eod, stream, the engine (load_eod_file and its validation)
     assert all(a["cores"] >= 1 for a in apps), apps
     assert {w["state"] for w in cluster.state()["workers"]} == {"ALIVE"}
 

@@ -127,7 +127,9 @@ def merge_into(
     _faults.before()
     # The statement's own braces are doubled: the source is the one placeholder.
     template = statement.replace("{", "{{").replace("}", "}}").replace("{{source}}", "{source}")
-    row = spark.sql(template, source=source).first()
+    # In the source's own session: a stream's micro-batch frame lives in a session of its
+    # own, where the statement's view of it is registered.
+    row = source.sparkSession.sql(template, source=source).first()
     _faults.after(f"MERGE into {path}")
     return {k: int(v or 0) for k, v in row.asDict().items()} if row is not None else {}
 

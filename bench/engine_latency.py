@@ -1,0 +1,109 @@
+"""One corrected trade through `streamshift eod`, on the warm engine and without it, same run.
+
+Loads a generated day of ``--trades`` trades into a fresh home, starts a local engine, then,
+``--repeat`` times and alternating sides, runs ``streamshift eod`` as a user does (a new
+process) with a one-row EOD file amending one trade (a new version each time, so every run
+applies a change): once with ``STREAMSHIFT_ENGINE`` naming the engine, once with it empty (a
+local Spark session: a JVM start and a cold JIT per command). Prints each side's median wall
+time from process start to exit and engine ÷ no engine (goals: engine <= 5 s, ratio <= 0.25).
+
+Run: .venv/bin/python bench/engine_latency.py [--trades 300] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from flows.trades.generate import generate_day
+from streamshift.core.processes import free_port
+from streamshift.core.settings import load_settings
+from streamshift.local.engine import LocalEngine
+from streamshift.spark import submit_env
+
+DAY = dt.date(2026, 11, 20)
+CLI = [sys.executable, "-m", "streamshift.cli"]
+
+
+def _eod(home: Path, engine: str, file: Path) -> float:
+    env = submit_env(home)
+    env["STREAMSHIFT_ENGINE"] = engine
+    started = time.perf_counter()
+    done = subprocess.run(
+        [*CLI, "eod", "--flow", "trades", "--date", DAY.isoformat(), "--file", str(file)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"streamshift eod failed:\n{done.stderr[-3000:]}")
+    said = "warm engine" in done.stderr
+    if said != bool(engine):
+        raise SystemExit(f"expected {'the engine' if engine else 'a local session'}:\n{done.stderr}")
+    return seconds
+
+
+def _amendment(day_file: Path, version: int, out: Path) -> Path:
+    """The day's first trade at ``version``, quantity changed: a one-row EOD file."""
+    with day_file.open(newline="") as f:
+        reader = csv.DictReader(f)
+        row = next(reader)
+        fields = reader.fieldnames
+    assert fields is not None
+    row.update(version=str(version), event_type="AMEND", quantity=str(int(row["quantity"]) + 1))
+    with out.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerow(row)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trades", type=int, default=300, help="trades in the loaded day")
+    parser.add_argument("--repeat", type=int, default=3, help="timed corrections per side")
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args()
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
+    home = work / "home"
+    url = f"sc://127.0.0.1:{free_port()}"
+    engine = LocalEngine(load_settings({}, home=work / "engine-home", engine=url))
+    print(f"starting the engine at {url} ...", file=sys.stderr, flush=True)
+    engine.start()
+    try:
+        files = generate_day(DAY, args.trades, work / "files", seed=7, progress=False)
+        _eod(home, url, files.eod)  # the day, and the engine's first job of this flow
+        _eod(home, url, _amendment(files.eod, 50, work / "warm.csv"))
+        timings: dict[str, list[float]] = {"engine": [], "no engine": []}
+        version = 100
+        for i in range(args.repeat):
+            for side, address in (("engine", url), ("no engine", "")):
+                version += 1
+                one = _amendment(files.eod, version, work / f"fix-{version}.csv")
+                timings[side].append(_eod(home, address, one))
+                print(f"run {i + 1} {side}: {timings[side][-1]:.2f} s", file=sys.stderr, flush=True)
+    finally:
+        engine.stop()
+    warm = statistics.median(timings["engine"])
+    cold = statistics.median(timings["no engine"])
+    print(f"one corrected trade, `streamshift eod`, median of {args.repeat} (cores: {os.cpu_count()})")
+    print(f"  engine up:  {warm:6.2f} s")
+    print(f"  no engine:  {cold:6.2f} s")
+    print(f"  engine / no engine: {warm / cold:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
