@@ -51,7 +51,9 @@ def _eod(home: Path, engine: str, file: Path) -> float:
         raise SystemExit(f"streamshift eod failed:\n{done.stderr[-3000:]}")
     said = "warm engine" in done.stderr
     if said != bool(engine):
-        raise SystemExit(f"expected {'the engine' if engine else 'a local session'}:\n{done.stderr}")
+        raise SystemExit(
+            f"expected {'the engine' if engine else 'a local session'}:\n{done.stderr}"
+        )
     return seconds
 
 
@@ -98,7 +100,9 @@ def main() -> int:
         engine.stop()
     warm = statistics.median(timings["engine"])
     cold = statistics.median(timings["no engine"])
-    print(f"one corrected trade, `streamshift eod`, median of {args.repeat} (cores: {os.cpu_count()})")
+    print(
+        f"one corrected trade, `streamshift eod`, median of {args.repeat} (cores: {os.cpu_count()})"
+    )
     print(f"  engine up:  {warm:6.2f} s")
     print(f"  no engine:  {cold:6.2f} s")
     print(f"  engine / no engine: {warm / cold:.2f}")

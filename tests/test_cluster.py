@@ -17,8 +17,8 @@ from pyspark.sql import functions as F
 
 from flows.trades import FLOW
 from streamshift.core.catalog import LayerTables
-from streamshift.jobs.eod import run_eod
 from streamshift.core.processes import free_port
+from streamshift.jobs.eod import run_eod
 from streamshift.local.airflow import LocalAirflow
 from streamshift.local.engine import LocalEngine
 from streamshift.sources.produce import produce_rows, read_rows
