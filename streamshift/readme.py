@@ -1,6 +1,7 @@
-"""The README's generated tables — every ``STREAMSHIFT_*`` setting, every command, the stage
-table — and the CLI reference ``docs/cli.md``, made from the code, so they cannot drift: ``python -m streamshift.readme`` rewrites them in place,
-``--check`` exits 1 when README.md differs (``tests/test_readme.py`` asserts it does not)."""
+"""The documents made from the code, so they cannot drift: the README's stage table, the
+settings reference ``docs/settings.md`` and the CLI reference ``docs/cli.md`` (every command
+and its ``--help``). ``python -m streamshift.readme`` rewrites them; ``--check`` exits 1 when
+one differs (``tests/test_readme.py`` asserts none does)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from streamshift.core.settings import REPO_ROOT, describe
 
 README = REPO_ROOT / "README.md"
 CLI_REFERENCE = REPO_ROOT / "docs" / "cli.md"
+SETTINGS_REFERENCE = REPO_ROOT / "docs" / "settings.md"
 
 
 def _cell(text: str) -> str:
@@ -85,7 +87,7 @@ def stages_table() -> str:
     return "\n".join(rows)
 
 
-TABLES = {"settings": settings_table, "commands": commands_table, "stages": stages_table}
+TABLES = {"stages": stages_table}
 
 
 def rendered(text: str) -> str:
@@ -117,38 +119,62 @@ def cli_reference() -> str:
         "",
         (
             "Generated from the code (`python -m streamshift.readme`); "
-            "`streamshift <command> --help` prints the same."
+            "`streamshift <command> --help` prints the same. Data lives under "
+            "`STREAMSHIFT_HOME`; settings are in [settings.md](settings.md)."
         ),
+        "",
+        commands_table(),
     ]
     for name, sub in commands.choices.items():
         parts += ["", f"## `streamshift {name}`", "", "```", sub.format_help().rstrip(), "```"]
     return "\n".join(parts) + "\n"
 
 
+def settings_reference() -> str:
+    """``docs/settings.md``: every ``STREAMSHIFT_*`` setting, its default and meaning."""
+    return "\n".join(
+        [
+            "# Settings",
+            "",
+            "Every setting is an environment variable; a typo or a malformed value fails at "
+            "start-up naming the variable, and `streamshift settings` prints the values in "
+            "force (secrets masked). Generated from `streamshift/core/settings.py` "
+            "(`python -m streamshift.readme`).",
+            "",
+            settings_table(),
+            "",
+        ]
+    )
+
+
+def generated() -> dict[Path, str]:
+    """Every generated document, by path, as it should read now."""
+    return {
+        README: rendered(README.read_text()),
+        CLI_REFERENCE: cli_reference(),
+        SETTINGS_REFERENCE: settings_reference(),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m streamshift.readme",
-        description="Regenerate the README's settings and commands tables from the code.",
+        description="Regenerate the documents made from the code (the README's stage table, "
+        "docs/settings.md, docs/cli.md).",
     )
-    parser.add_argument("--check", action="store_true", help="exit 1 if README.md is stale")
+    parser.add_argument("--check", action="store_true", help="exit 1 if one is stale")
     args = parser.parse_args(argv)
-    current = README.read_text()
-    fresh = rendered(current)
-    reference = cli_reference()
+    documents = generated()
     if args.check:
-        if fresh != current:
-            print("README.md tables are stale: run python -m streamshift.readme", file=sys.stderr)
-            return 1
-        if not CLI_REFERENCE.exists() or CLI_REFERENCE.read_text() != reference:
-            print(f"{CLI_REFERENCE} is stale: run python -m streamshift.readme", file=sys.stderr)
-            return 1
-        return 0
-    README.write_text(fresh)
-    CLI_REFERENCE.parent.mkdir(exist_ok=True)
-    CLI_REFERENCE.write_text(reference)
-    print(f"wrote {README} and {CLI_REFERENCE}")
+        stale = [p for p, text in documents.items() if not p.exists() or p.read_text() != text]
+        for path in stale:
+            print(f"{path} is stale: run python -m streamshift.readme", file=sys.stderr)
+        return 1 if stale else 0
+    for path, text in documents.items():
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+        print(f"wrote {path}")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -13,13 +13,13 @@ import pytest
 from pyspark.sql import functions as F
 
 from streamshift.core.settings import load_settings
-from streamshift.readme import README, main, settings_table
+from streamshift.readme import README, SETTINGS_REFERENCE, main, settings_table
 from streamshift.write.target import Target, read
 
 
 def test_the_generated_tables_are_current() -> None:
     assert main(["--check"]) == 0, "run: .venv/bin/python -m streamshift.readme"
-    text = README.read_text()
+    text = SETTINGS_REFERENCE.read_text()
     # Every setting is in the table, and nothing that is not a setting.
     from streamshift.core.settings import describe
 
@@ -31,9 +31,16 @@ def test_the_generated_tables_are_current() -> None:
 def test_a_stale_table_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from streamshift import readme
 
-    stale = tmp_path / "README.md"
-    stale.write_text(README.read_text().replace("`STREAMSHIFT_HOME`", "`STREAMSHIFT_HOMES`"))
-    monkeypatch.setattr(readme, "README", stale)
+    stale = tmp_path / "settings.md"
+    stale.write_text(
+        SETTINGS_REFERENCE.read_text().replace("`STREAMSHIFT_HOME`", "`STREAMSHIFT_HOMES`")
+    )
+    monkeypatch.setattr(readme, "SETTINGS_REFERENCE", stale)
+    assert readme.main(["--check"]) == 1
+    readme_copy = tmp_path / "README.md"
+    readme_copy.write_text(README.read_text().replace("| `kappa` |", "| `kapa` |"))
+    monkeypatch.setattr(readme, "SETTINGS_REFERENCE", SETTINGS_REFERENCE)
+    monkeypatch.setattr(readme, "README", readme_copy)
     assert readme.main(["--check"]) == 1
 
 
@@ -68,3 +75,11 @@ def test_the_new_flow_example_loads_a_file_as_pasted(spark, tmp_path: Path) -> N
     ]
     [rejected] = read(spark, target.tables.quarantine).where(F.col("flow") == "payments").collect()
     assert rejected.rule == "amount_positive"
+
+
+def test_the_readme_is_short_and_starts_with_the_two_commands() -> None:
+    """A newcomer's README: at most 250 lines, the demo and test commands in its first 20."""
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 250, len(lines)
+    head = "\n".join(lines[:20])
+    assert "bin/demo" in head and "bin/test" in head

@@ -353,8 +353,9 @@ class LocalAirflow:
 
     def down(self, timeout: float = 60) -> bool:
         """Stop every component (SIGTERM to its process group, SIGKILL after ``timeout`` to
-        whatever is left in it). A group can outlive its leader: the LocalExecutor's workers of
-        a scheduler killed -9 (and restarted) ignore SIGTERM and would idle on forever."""
+        whatever is left in it) and the engine ``up`` started. A group can outlive its leader:
+        the LocalExecutor's workers of a scheduler killed -9 (and restarted) ignore SIGTERM and
+        would idle on forever."""
         groups = [p for p in self._pids().values() if group_alive(p)]
         for pgid in groups:
             try:
@@ -371,7 +372,17 @@ class LocalAirflow:
                 except ProcessLookupError:
                     pass
         self.pid_file.unlink(missing_ok=True)
-        return bool(groups)
+        return self._engine_down() or bool(groups)
+
+    def _engine_down(self) -> bool:
+        """Stop the local engine ``up`` started for this home (an engine of another home, or
+        a remote one, is left alone)."""
+        from streamshift.local.engine import LOOPBACK, LocalEngine
+        from streamshift.spark import engine_address
+
+        if not self.settings.engine or engine_address(self.settings.engine)[0] not in LOOPBACK:
+            return False
+        return LocalEngine(self.settings).stop()
 
     # ---- the REST API (token auth) ---------------------------------------------------------
     def client(self, user: str = USER) -> AirflowClient:
