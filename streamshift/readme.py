@@ -132,19 +132,13 @@ def cli_reference() -> str:
 
 def settings_reference() -> str:
     """``docs/settings.md``: every ``STREAMSHIFT_*`` setting, its default and meaning."""
-    return "\n".join(
-        [
-            "# Settings",
-            "",
-            "Every setting is an environment variable; a typo or a malformed value fails at "
-            "start-up naming the variable, and `streamshift settings` prints the values in "
-            "force (secrets masked). Generated from `streamshift/core/settings.py` "
-            "(`python -m streamshift.readme`).",
-            "",
-            settings_table(),
-            "",
-        ]
+    intro = (
+        "Every setting is an environment variable; a typo or a malformed value fails at "
+        "start-up naming the variable, and `streamshift settings` prints the values in "
+        "force (secrets masked). Generated from `streamshift/core/settings.py` "
+        "(`python -m streamshift.readme`)."
     )
+    return f"# Settings\n\n{intro}\n\n{settings_table()}\n"
 
 
 def generated() -> dict[Path, str]:
@@ -175,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(text)
         print(f"wrote {path}")
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())
