@@ -50,7 +50,7 @@ def jars(settings: Settings) -> list[str]:
 # C2's compiling costs more CPU than it saves in a job of minutes, and a code cache as large as
 # tiered compilation's default. With C1 alone the JVM reserves only 48 MB, which Spark, Delta
 # and Janino's generated classes fill; the code cache sweeper then runs nearly non-stop (47 s of
-# a 4-minute test's CPU) and C1 recompiles what it flushed (BENCHMARKS.md, "Code cache"). The
+# a 4-minute test's CPU) and C1 recompiles what it flushed (git log -p BENCHMARKS.md: "Code cache"). The
 # serial collector: on 2 cores G1's concurrent threads and barriers cost more than its short
 # pauses save for a driver of small data (the same test's CPU 0.64-0.75 of G1's).
 SHORT_JOB_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m -XX:+UseSerialGC"
@@ -260,9 +260,9 @@ def interpreted(*sessions: SparkSession) -> Iterator[None]:
     """Run the block's queries in ``sessions`` without generated code.
 
     On a few thousand rows, generating each query's Java, stripping it and compiling it with
-    Janino costs more driver time than the compiled code saves (BENCHMARKS.md, "generated
-    code"). The setting is the session's, so it is counted per session: threads of one process
-    may enter at once, and the last to leave restores what the session had.
+    Janino costs more driver time than the compiled code saves (bench/small_apply.py). The
+    setting is the session's, so it is counted per session: threads of one process may enter
+    at once, and the last to leave restores what the session had.
     """
     unique = {_session_key(session): session for session in sessions}
     for key, session in unique.items():  # keyed by the JVM session: wrappers may differ

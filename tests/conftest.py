@@ -26,7 +26,7 @@ from streamshift.spark import SHORT_JOB_JVM_OPTS
 
 # Every JVM the tests start is short-lived (a SparkSession per test process, a spark-submit per
 # DAG task): C1-compiled code only, in a code cache big enough for it, halves the JIT's CPU on 2
-# cores (BENCHMARKS.md, "JIT" and "Code cache"). SPARK_SUBMIT_OPTS reaches every Spark driver,
+# cores (git log -p BENCHMARKS.md: "JIT", "Code cache"). SPARK_SUBMIT_OPTS reaches every Spark driver,
 # including those Airflow's tasks submit.
 os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
     filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), SHORT_JOB_JVM_OPTS])

@@ -125,7 +125,7 @@ class Settings:
     spark_ui: bool = _setting(False, _bool, "start the Spark web UI")
     # Every driver this kit starts works through up to a million rows at a time: the
     # throughput collector loads a 1M-row EOD day ~13 % faster than G1 on 2 cores and catches
-    # a stream up ~18 % faster, with no latency lost (BENCHMARKS.md, "EOD load", "Catching up").
+    # a stream up ~18 % faster, with no latency lost (bench/eod_load.py, bench/stream_catchup.py).
     spark_driver_java_options: str = _setting(
         "-XX:+UseParallelGC",
         str,

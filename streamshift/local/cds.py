@@ -4,8 +4,7 @@ A Spark + Delta driver JVM loads ~25,000 classes; reading, verifying and laying 
 a large part of a short job's CPU (a 300-row EOD job spends ~40 s of CPU, most of it before
 its data matters). Java's dynamic class-data sharing (JEP 350) dumps the classes a JVM loaded
 into an archive at exit (``-XX:ArchiveClassesAtExit``); every later JVM started with
-``-XX:SharedArchiveFile`` maps them instead of loading them (BENCHMARKS.md, "Class-data
-sharing"). The archive is made by a training run: a small generated EOD load of the first
+``-XX:SharedArchiveFile`` maps them instead of loading them (bench/submit_tuning.py). The archive is made by a training run: a small generated EOD load of the first
 registered flow and its corrections, through spark-submit as Airflow runs them.
 
 The archive is only valid for the JVM and classpath that made it: a JVM that cannot use it

@@ -3,7 +3,7 @@ PySpark package with Delta's SQL extension and the kit's jars, on 127.0.0.1 only
 
 Request-style jobs (EOD loads, corrections, reconciliations, closes, replays, quality) run on
 it as Spark Connect clients, so none of them starts a JVM or warms a JIT of its own
-(BENCHMARKS.md, "warm engine"). Its pid and log live under ``STREAMSHIFT_HOME/engine``; its
+(bench/engine_latency.py). Its pid and log live under ``STREAMSHIFT_HOME/engine``; its
 address is the ``STREAMSHIFT_ENGINE`` setting. On a cluster the engine is a Connect server
 whose master is the cluster (README, "On a cluster"): this module only runs the local one.
 """
