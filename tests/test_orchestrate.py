@@ -298,3 +298,44 @@ def test_the_supervisor_knows_a_process_by_pid_and_start_honours_a_stop_and_back
     job("stopped")
     actions = {a["flow"]: a for a in supervise(settings, streams)}
     assert actions["trades"]["action"] == "none" and actions["trades"]["state"] == "stopped"
+
+
+def test_airflow_run_by_hand_with_the_stacks_home_sees_the_stack(tmp_path: Path) -> None:
+    """``airflow`` run by a user with only AIRFLOW_HOME set reads the stack's settings from
+    its airflow.cfg (no example DAGs, the repo's DAGs and plugins, the stack's database), and
+    the file holds no secret: the JWT secret is read from its 0600 file by a command."""
+    import subprocess
+    import sys
+
+    from streamshift.core.settings import REPO_ROOT
+    from streamshift.local.airflow import write_airflow_cfg
+
+    settings = load_settings({}, home=tmp_path)
+    path = write_airflow_cfg(settings, 8080)
+    secret = (settings.airflow_home / "jwt_secret").read_text().strip()
+    assert secret and secret not in path.read_text()
+    env = {"AIRFLOW_HOME": str(settings.airflow_home), "PATH": os.environ["PATH"]}
+    wanted = [
+        ("core", "load_examples"),
+        ("core", "plugins_folder"),
+        ("core", "dags_folder"),
+        ("database", "sql_alchemy_conn"),
+        ("api_auth", "jwt_secret"),
+    ]
+    read = (  # Airflow's own configuration reader, in a process that only has AIRFLOW_HOME
+        "import json, sys; from airflow.configuration import conf; "
+        "print(json.dumps([conf.get(s, o) for s, o in json.loads(sys.argv[1])]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", read, json.dumps(wanted)],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    values = dict(zip(wanted, json.loads(done.stdout.strip().splitlines()[-1]), strict=True))
+    assert values["core", "load_examples"] == "False"
+    assert values["core", "plugins_folder"] == str(REPO_ROOT / "plugins")
+    assert values["core", "dags_folder"] == str(REPO_ROOT / "dags")
+    assert values["database", "sql_alchemy_conn"].endswith(
+        str(settings.airflow_home / "airflow.db")
+    )
+    assert values["api_auth", "jwt_secret"] == secret
