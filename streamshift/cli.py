@@ -184,44 +184,31 @@ def _spark(flow_name: str, engine: bool = True):  # type: ignore[no-untyped-def]
     return settings, spark, flow
 
 
-def _cmd_eod(args: argparse.Namespace) -> int:
-    from streamshift.core.registry import get_flow
-    from streamshift.core.stages import stage
-    from streamshift.jobs.eod import run_eod
-    from streamshift.read.control import current_stage
-    from streamshift.sources.eodfile import wait_until_complete
-    from streamshift.write.target import Target
+def _run_request(request) -> int:  # type: ignore[no-untyped-def]
+    """Check ``request`` without a JVM, then run it in a session (the engine's when it is up)
+    and print what it did. A reconciliation that found breaks it was asked to fail on exits 1."""
+    from streamshift.jobs.requests import BreaksFound, check, run
 
-    if not args.file.exists():
-        raise UserError(f"EOD file {args.file} not found; pass the path of an existing CSV file")
-    wait_until_complete(
-        args.file, get_flow(args.flow), load_settings().file_stable_seconds, _say_progress
-    )
-    settings, spark, flow = _spark(args.flow)
-    target = Target.open(spark, settings, flow, args.layer)
-    replace = args.replace or args.mode == "replace"
-    # A load of the batch layer in a loading stage closes the date where the stage says; any
-    # other load closes the layer it wrote.
-    now = stage(current_stage(settings, flow.name))
-    closes = now.closes_layers if now.loads and args.layer == "batch" else (args.layer,)
-    result = run_eod(spark, target, args.date, args.file, replace=replace, closes=closes)
-    print(result.describe())
-    if args.quality_run:
-        _quality_after(spark, settings, flow, args.date, args.layer, args.file, args.quality_run)
+    check(load_settings(), request)
+    settings, spark, _flow = _spark(request.flow)
+    try:
+        print(run(spark, request, settings).describe())
+    except BreaksFound as found:
+        print(str(found))
+        return 1
     return 0
 
 
-def _quality_after(spark, settings, flow, day, layer, file, run_id) -> None:  # type: ignore[no-untyped-def]
-    """The day's data-quality suites in this job's Spark application (one JVM per EOD run,
-    not two): recorded under ``run_id``; the verdict is the data_quality task's."""
-    from streamshift.quality.project import datasets
-    from streamshift.quality.validate import run_quality
+def _cmd_eod(args: argparse.Namespace) -> int:
+    from streamshift.core.requests import EodRequest
 
-    if not datasets(flow.name):
-        print(f"flow {flow.name} has no data-quality suites: nothing to validate")
-        return
-    run = run_quality(spark, settings, flow, day, layer, file=file, run_id=run_id)
-    print(run.report())
+    _known_flow(args.flow)
+    replace = args.replace or args.mode == "replace"
+    return _run_request(
+        EodRequest(
+            args.flow, args.date, args.file, args.layer, replace, quality_run=args.quality_run
+        )
+    )
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -256,45 +243,33 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_reconcile(args: argparse.Namespace) -> int:
-    from streamshift.core.registry import get_flow
-    from streamshift.jobs.reconcile import check_reconcile, run_reconcile
+    from streamshift.core.requests import ReconcileRequest
 
-    # Missing files, or --correct in a stage it does not apply to: refused before Spark starts.
-    if args.replace and not args.correct:
-        raise UserError("--replace goes with --correct (the EOD file replaces the whole day)")
-    check_reconcile(load_settings(), get_flow(args.flow), args.against, args.eod_file, args.correct)
-    settings, spark, flow = _spark(args.flow)
-    run = run_reconcile(
-        spark,
-        settings,
-        flow,
-        args.date,
-        against=args.against,
-        eod_file=args.eod_file,
-        parity=not args.no_parity,
-        correct=args.correct,
-        replace=args.replace,
+    _known_flow(args.flow)
+    return _run_request(
+        ReconcileRequest(
+            args.flow,
+            args.date,
+            against=args.against,
+            eod_file=args.eod_file,
+            parity=not args.no_parity,
+            correct=args.correct,
+            replace=args.replace,
+            fail_on_breaks=args.fail_on_breaks,
+            quality_run=args.quality_run,
+        )
     )
-    print(run.describe())
-    if args.quality_run:
-        _quality_after(spark, settings, flow, args.date, "stream", args.eod_file, args.quality_run)
-    return 1 if args.fail_on_breaks and run.breaks else 0
 
 
 def _cmd_close(args: argparse.Namespace) -> int:
-    from streamshift.jobs.close import CloseRequest, check, run
+    from streamshift.core.requests import CloseRequest
 
     _known_flow(args.flow)
-    request = CloseRequest(args.flow, args.date, args.force, args.reason, args.by)
-    settings = load_settings()
-    # The cut-off and the offsets first, without a JVM: a refusal answers at once.
-    _say_progress(f"checking {args.flow} {args.date}'s cut-off and the stream's offsets")
-    check(settings, request)
-    settings, spark, flow = _spark(args.flow)
-    print(run(spark, request, settings).describe())
-    if args.quality_run:
-        _quality_after(spark, settings, flow, args.date, "stream", None, args.quality_run)
-    return 0
+    return _run_request(
+        CloseRequest(
+            args.flow, args.date, args.force, args.reason, args.by, quality_run=args.quality_run
+        )
+    )
 
 
 def _cmd_stage(args: argparse.Namespace) -> int:
@@ -386,17 +361,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_promote(args: argparse.Namespace) -> int:
-    from streamshift.control.stages import check_promotion, promote
+    from streamshift.core.requests import PromoteRequest
 
-    settings = load_settings()
-    # The gate first, without a JVM: a refusal answers at once.
-    check_promotion(settings, args.flow, args.to, force=args.force, reason=args.reason)
-    settings, spark, flow = _spark(args.flow)
-    change = promote(
-        spark, settings, flow.name, args.to, force=args.force, reason=args.reason, by=args.by
-    )
-    print(change.describe())
-    return 0
+    _known_flow(args.flow)
+    return _run_request(PromoteRequest(args.flow, args.to, args.force, args.reason, args.by))
 
 
 def _cmd_quality(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from streamshift.core.requests import EodRequest, JobRequest, ReconcileRequest
 from streamshift.core.settings import load_settings
 from streamshift.orchestrate import tasks as T
 from streamshift.orchestrate.supervise import health
@@ -58,39 +59,34 @@ def test_inputs_follow_the_stage(settings) -> None:  # type: ignore[no-untyped-d
     assert batch["business_date"] == "2026-11-20" and batch["mode"] == "delta"
     assert batch["path"] == "load_eod_file" and batch["reconcile"] is False
     run_id = batch["quality_run"]
-    assert batch["load_args"][-6:] == [
-        "--mode",
-        "delta",
-        "--layer",
-        "batch",
-        "--quality-run",
-        run_id,
-    ]
+    load = JobRequest.from_json(batch["load_request"])
+    assert load == EodRequest(
+        "trades", DAY, Path(batch["file"]), "batch", replace=False, quality_run=run_id
+    )
+    assert batch["reconcile_request"] is None
 
     shadow = T.resolve_inputs(settings, "trades", {"mode": "replace"}, DAY, "shadow")
     assert shadow["path"] == "load_eod_file" and shadow["reconcile"] is True
-    assert "--no-parity" not in shadow["reconcile_args"]
-    assert shadow["load_args"][-6:-2] == ["--mode", "replace", "--layer", "batch"]
+    parity = JobRequest.from_json(shadow["reconcile_request"])
+    assert isinstance(parity, ReconcileRequest) and parity.parity and not parity.correct
+    loaded = JobRequest.from_json(shadow["load_request"])
+    assert isinstance(loaded, EodRequest) and loaded.replace and loaded.layer == "batch"
     assert shadow["quality_run"] != run_id  # one quality run per DAG run
 
     external = T.external_file(settings, "trades", "2026-11-20")
     external.write_text("business_date,book,instrument\n")
     stream = T.resolve_inputs(settings, "trades", {"business_date": "2026-11-20"}, DAY, "stream")
     assert stream["path"] == "correct_stream_layer"
-    assert stream["correct_args"] == [
-        "--flow",
+    assert JobRequest.from_json(stream["correct_request"]) == ReconcileRequest(
         "trades",
-        "--date",
-        "2026-11-20",
-        "--eod-file",
-        stream["file"],
-        "--correct",
-        "--no-parity",
-        "--against",
-        str(external),
-        "--quality-run",
-        stream["quality_run"],
-    ]
+        DAY,
+        against=external,
+        eod_file=Path(stream["file"]),
+        parity=False,
+        correct=True,
+        replace=False,
+        quality_run=stream["quality_run"],
+    )
 
     with pytest.raises(T.InputError, match="not a date"):
         T.resolve_inputs(settings, "trades", {"business_date": "2026-13-45"}, DAY, "batch")
@@ -195,13 +191,17 @@ def test_an_engine_task_fails_at_once_when_its_job_says_a_retry_cannot_help(  # 
 
     if not test_engine():
         pytest.skip("the suite runs without its engine (TESTS_ENGINE=off)")
+    # The operator's session marks the process a Spark Connect client (an environment
+    # variable): undone after the test, so this worker can still start a local session.
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "")
+    monkeypatch.delenv("SPARK_CONNECT_MODE_ENABLED")
     settings = load_settings({}, home=tmp_path, engine=test_engine())
     for name, value in connections(settings).items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("STREAMSHIFT_HOME", str(tmp_path))
     missing = tmp_path / "missing.csv"
-    args = ["--flow", "trades", "--date", "2026-11-20", "--file", str(missing)]
-    task = engine_task("load_eod_file", "eod", args, "a refused load")
+    request = EodRequest("trades", dt.date(2026, 11, 20), missing).to_json()
+    task = engine_task("load_eod_file", request, "a refused load")
     context = {"params": {}}  # (an empty context is replaced, not merged, by the operator)
     with pytest.raises(AirflowFailException) as failed:
         task.execute(context)
@@ -211,7 +211,7 @@ def test_an_engine_task_fails_at_once_when_its_job_says_a_retry_cannot_help(  # 
     for name, value in connections(down).items():
         monkeypatch.setenv(name, value)
     with pytest.raises(AirflowFailException, match="does not answer: start it") as failed:
-        engine_task("load_eod_file", "eod", args, "no engine").execute({"params": {}})
+        engine_task("load_eod_file", request, "no engine").execute({"params": {}})
     assert "streamshift engine up" in str(failed.value)
 
 

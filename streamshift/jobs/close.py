@@ -8,38 +8,20 @@ without waiting and is recorded as forced.
 
 from __future__ import annotations
 
-import datetime as dt
-import json
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from streamshift.control.cutoff import CloseRefused, CutOffCheck, check_cut_off
 from streamshift.core import stages
 from streamshift.core.processes import os_user
 from streamshift.core.registry import get_flow
+from streamshift.core.requests import CloseRequest
 from streamshift.read.control import current_stage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from streamshift.core.settings import Settings
-
-
-@dataclass(frozen=True)
-class CloseRequest:
-    flow: str
-    business_date: dt.date
-    force: bool = False
-    reason: str | None = None
-    by: str | None = None
-
-    def to_json(self) -> str:
-        return json.dumps({**asdict(self), "business_date": self.business_date.isoformat()})
-
-    @classmethod
-    def from_json(cls, text: str) -> CloseRequest:
-        data: dict[str, Any] = json.loads(text)
-        return cls(**{**data, "business_date": dt.date.fromisoformat(data["business_date"])})
 
 
 @dataclass(frozen=True)

@@ -133,28 +133,27 @@ def spark_task(
 ENGINE_CONN = "spark_connect"
 
 
-def _engine_kwargs(task_id: str, command: str, doc: str, **extra: Any) -> dict[str, Any]:
+def _engine_kwargs(task_id: str, doc: str, **extra: Any) -> dict[str, Any]:
     return {
         "task_id": task_id,
         "conn_id": ENGINE_CONN,
         "python_callable": T.run_on_engine,
-        "op_kwargs": {"command": command},
         "pool": SPARK_POOL,
         "doc_md": doc,
         **extra,
     }
 
 
-def engine_task(task_id: str, command: str, args: Any, doc: str, **extra: Any) -> Any:
-    """``streamshift <command> <args>`` on the warm engine, in the task's own process (no
-    JVM in the worker), through the ``spark_connect`` connection."""
-    return EngineOperator(op_args=args, **_engine_kwargs(task_id, command, doc, **extra))
+def engine_task(task_id: str, request: Any, doc: str, **extra: Any) -> Any:
+    """The job ``request`` (a typed request's JSON, usually an XCom) on the warm engine, in the
+    task's own process (no JVM in the worker), through the ``spark_connect`` connection."""
+    return EngineOperator(op_kwargs={"request": request}, **_engine_kwargs(task_id, doc, **extra))
 
 
-def mapped_engine_task(task_id: str, command: str, args: Any, doc: str) -> Any:
-    """One engine job per element of ``args`` (an XCom list of argument lists; dynamic task
-    mapping)."""
-    return EngineOperator.partial(**_engine_kwargs(task_id, command, doc)).expand(op_args=args)
+def mapped_engine_task(task_id: str, requests: Any, doc: str) -> Any:
+    """One engine job per element of ``requests`` (an XCom list of ``{"request": JSON}``;
+    dynamic task mapping)."""
+    return EngineOperator.partial(**_engine_kwargs(task_id, doc)).expand(op_kwargs=requests)
 
 
 @contextlib.contextmanager
@@ -183,9 +182,13 @@ def _publish(asset: Asset, inputs: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _date_arg(args: list[str]) -> str:
-    """The business date of a reconcile job's arguments (``--date D``)."""
-    return args[args.index("--date") + 1]
+def _date_of(mapped: dict[str, str]) -> str:
+    """The business date of a mapped job's request."""
+    from streamshift.core.requests import JobRequest
+
+    day = JobRequest.from_json(mapped["request"]).business_day
+    assert day is not None
+    return day.isoformat()
 
 
 def _write_report(flow: str, business_date: str) -> str:
@@ -310,8 +313,7 @@ the log). Backfill with
 
         close = engine_task(
             "close_day",
-            "close",
-            inputs["close_args"],
+            inputs["close_request"],
             "Close the date in the stream layer at its cut-off (`streamshift close`) and "
             "validate it.",
         )
@@ -323,14 +325,12 @@ the log). Backfill with
 
         load = engine_task(
             "load_eod_file",
-            "eod",
-            inputs["load_args"],
+            inputs["load_request"],
             "Load the EOD file into the batch layer (`streamshift eod`).",
         )
         correct = engine_task(
             "correct_stream_layer",
-            "reconcile",
-            inputs["correct_args"],
+            inputs["correct_request"],
             "Reconcile the EOD file against the stream layer and apply the differences.",
         )
 
@@ -346,8 +346,7 @@ the log). Backfill with
 
         reconcile = engine_task(
             "reconcile",
-            "reconcile",
-            inputs["reconcile_args"],
+            inputs["reconcile_request"],
             "Reconcile stream vs batch and against external files.",
         )
 
@@ -434,30 +433,29 @@ reconciliation, and re-runs **reconcile**, **write_report** and **publish_summar
     ) as dag:
 
         @task(doc_md="Dates with late events newer than their last reconciliation.")
-        def find_late_dates() -> list[list[str]]:
+        def find_late_dates() -> list[dict[str, str]]:
             from streamshift.read.control import current_stage, late_dates_to_reconcile
 
             s = _settings()
             stage = current_stage(s, flow)
             todo = []
+            found = []
             for d in late_dates_to_reconcile(s, flow):
-                args = T.reconcile_arguments(s, flow, d.isoformat(), stage)
-                if args:
-                    todo.append(args)
+                request = T.reconcile_request(s, flow, d.isoformat(), stage)
+                if request:
+                    todo.append({"request": request.to_json()})
+                    found.append(d.isoformat())
                 else:
                     print(f"{d}: stage {stage} and no external file: nothing to reconcile against")
-            dates = ", ".join(a[3] for a in todo) or "none"
-            print(f"{len(todo)} dates to re-reconcile: {dates}")
+            print(f"{len(todo)} dates to re-reconcile: {', '.join(found) or 'none'}")
             return todo
 
         dates = find_late_dates()
-        reconcile = mapped_engine_task(
-            "reconcile", "reconcile", dates, "Re-reconcile one late date."
-        )
+        reconcile = mapped_engine_task("reconcile", dates, "Re-reconcile one late date.")
 
         @task(doc_md="Re-write one re-reconciled date's report (reads without Spark).")
-        def write_report(args: list[str]) -> str:
-            return _write_report(flow, _date_arg(args))
+        def write_report(args: dict[str, str]) -> str:
+            return _write_report(flow, _date_of(args))
 
         published = published_asset(flow)
 
@@ -466,8 +464,8 @@ reconciliation, and re-runs **reconcile**, **write_report** and **publish_summar
             doc_md=f"Publish one re-reconciled date again: its summary in XCom and the log, and "
             f"an event of the asset `{published.name}` with `cause` `late data`.",
         )
-        def publish_summary(args: list[str]) -> dict[str, Any]:
-            return _publish(published, {"flow": flow, "business_date": _date_arg(args)})
+        def publish_summary(args: dict[str, str]) -> dict[str, Any]:
+            return _publish(published, {"flow": flow, "business_date": _date_of(args)})
 
         reconcile >> write_report.expand(args=dates) >> publish_summary.expand(args=dates)
     return dag
@@ -531,9 +529,10 @@ Airflow user who triggered the run as `changed_by`. The Migration page triggers 
 """,
     ) as dag:
 
-        @task(doc_md="The promotion gate, read without Spark; the record job's arguments.")
-        def check_gate() -> list[str]:
+        @task(doc_md="The promotion gate, read without Spark; the record job's request.")
+        def check_gate() -> str:
             from streamshift.control.stages import PromotionRefused, check_promotion
+            from streamshift.core.requests import PromoteRequest
 
             context = get_current_context()
             params = context["params"]
@@ -546,12 +545,10 @@ Airflow user who triggered the run as `changed_by`. The Migration page triggers 
                     _settings(), params["flow"], params["to"], force=force, reason=reason
                 )
             print(f"gate: {change.describe()} (by {user})")
-            args = ["--flow", params["flow"], "--to", params["to"], "--by", user]
-            return args + (["--force"] if force else []) + (["--reason", reason] if reason else [])
+            return PromoteRequest(params["flow"], params["to"], force, reason, user).to_json()
 
         engine_task(
             "record_promotion",
-            "promote",
             check_gate(),
             "Record the stage change (the gate is checked again as it is recorded).",
         )

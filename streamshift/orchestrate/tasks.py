@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from streamshift.core.errors import StreamshiftError
+from streamshift.core.requests import CloseRequest, EodRequest, JobRequest, ReconcileRequest
 from streamshift.core.settings import Settings
 from streamshift.core.stages import CORRECT, LOAD
 from streamshift.core.stages import stage as stage_of
@@ -89,63 +90,71 @@ def resolve_inputs(
     landing = landing_dir(settings, flow)
     path = resolve_in_landing(landing, params.get("file") or default_file(flow, business_date))
     now = stage_of(stage)
-    common = ["--flow", flow, "--date", business_date]
+    day = dt.date.fromisoformat(business_date)
     # The Spark job that writes the day (load or correction) validates it in the same
-    # application, recorded under this id; the data_quality task reads the verdict.
+    # session, recorded under this id; the data_quality task reads the verdict.
     quality_run = new_run_id()
-    against = _against(settings, flow, business_date)
+    external = _external(settings, flow, business_date)
     # The correction job reconciles the file itself (and the external file when there).
-    reconcile_args = (
-        [] if now.corrects else reconcile_arguments(settings, flow, business_date, stage)
+    reconcile = None if now.corrects else reconcile_request(settings, flow, business_date, stage)
+    load = EodRequest(flow, day, path, "batch", mode == "replace", quality_run=quality_run)
+    correct = ReconcileRequest(
+        flow,
+        day,
+        against=external,
+        eod_file=path,
+        parity=False,
+        correct=True,
+        replace=mode == "replace",
+        quality_run=quality_run,
     )
-    replace = ["--replace"] if mode == "replace" else []
     return {
         "flow": flow,
         "business_date": business_date,
         "mode": mode,
         "file": str(path),
         "stage": stage,
-        "external": against[1] if against else None,
+        "external": str(external) if external else None,
         "path": {LOAD: "load_eod_file", CORRECT: "correct_stream_layer"}.get(now.eod, "close_day"),
         "waits_for_file": now.waits_for_file,
         # Batch: only an external file to reconcile against; shadow: stream vs batch too;
         # kappa: the external file.
-        "reconcile": bool(reconcile_args),
-        "load_args": [
-            *common,
-            *("--file", str(path), "--mode", mode, "--layer", "batch"),
-            *("--quality-run", quality_run),
-        ],
-        "reconcile_args": reconcile_args,
-        "correct_args": [
-            *common,
-            *("--eod-file", str(path), "--correct", *replace, "--no-parity", *against),
-            *("--quality-run", quality_run),
-        ],
-        "close_args": [*common, "--quality-run", quality_run],
+        "reconcile": reconcile is not None,
+        # The Spark jobs' requests, as JSON (XCom): one engine task runs each.
+        "load_request": load.to_json(),
+        "reconcile_request": reconcile.to_json() if reconcile else None,
+        "correct_request": correct.to_json(),
+        "close_request": CloseRequest(flow, day, quality_run=quality_run).to_json(),
         "quality_run": quality_run,
     }
 
 
-def _against(settings: Settings, flow: str, business_date: str) -> list[str]:
-    """``--against FILE`` when the date's external file has landed, else nothing."""
+def _external(settings: Settings, flow: str, business_date: str) -> Path | None:
+    """The date's external file when it has landed."""
     external = external_file(settings, flow, business_date)
-    return ["--against", str(external)] if external.exists() else []
+    return external if external.exists() else None
 
 
-def reconcile_arguments(settings: Settings, flow: str, business_date: str, stage: str) -> list[str]:
-    """``spark_jobs/reconcile.py`` arguments for a date: stream vs batch where the stage
-    reconciles parity (shadow), the EOD file against the stream layer where the stage corrects
-    with it (stream; when the day's file is in the landing folder), and against the landed
-    external file when there is one; empty when there is nothing to reconcile against."""
+def reconcile_request(
+    settings: Settings, flow: str, business_date: str, stage: str
+) -> ReconcileRequest | None:
+    """The reconciliation of a date: stream vs batch where the stage reconciles parity
+    (shadow), the EOD file against the stream layer where the stage corrects with it (stream;
+    when the day's file is in the landing folder), and against the landed external file when
+    there is one; None when there is nothing to reconcile against."""
     now = stage_of(stage)
-    against = _against(settings, flow, business_date)
+    external = _external(settings, flow, business_date)
     eod = landing_dir(settings, flow) / default_file(flow, business_date)
-    eod_file = ["--eod-file", str(eod)] if now.corrects and eod.exists() else []
-    if not now.parity and not against and not eod_file:
-        return []
-    parity = [] if now.parity else ["--no-parity"]
-    return ["--flow", flow, "--date", business_date, *against, *eod_file, *parity]
+    eod_file = eod if now.corrects and eod.exists() else None
+    if not now.parity and not external and not eod_file:
+        return None
+    return ReconcileRequest(
+        flow,
+        dt.date.fromisoformat(business_date),
+        against=external,
+        eod_file=eod_file,
+        parity=now.parity,
+    )
 
 
 class ForceRefused(StreamshiftError):
@@ -266,13 +275,15 @@ def summary(settings: Settings, inputs: dict[str, Any]) -> tuple[dict[str, Any],
     return result, line
 
 
-def run_on_engine(*argv: str, command: str, spark: Any = None) -> int:
-    """An engine task's body: ``streamshift <command> <argv>`` in ``spark``, the task's Spark
-    Connect session (the operator made it). A command that reports breaks it was asked to
-    fail on (exit status 1) fails the task."""
-    from streamshift.cli import run_command
+def run_on_engine(request: str, spark: Any = None) -> str:
+    """An engine task's body: the job ``request`` (JSON) asks for, in ``spark``, the task's
+    Spark Connect session (the operator made it); what it did, for the log and XCom."""
+    from streamshift.core.settings import load_settings
+    from streamshift.jobs.requests import check, run
 
-    code = run_command([command, *argv], spark)
-    if code != 0:
-        raise RuntimeError(f"streamshift {command} {' '.join(argv)} ended with status {code}")
-    return code
+    job = JobRequest.from_json(request)
+    settings = load_settings()
+    check(settings, job)
+    done = run(spark, job, settings).describe()
+    print(done)
+    return done
