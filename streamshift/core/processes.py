@@ -120,3 +120,20 @@ def tail(path: Path, lines: int = 20) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
+
+
+def terminate(pid: int, timeout: float = 60.0) -> None:
+    """Stop process ``pid``: SIGTERM, then SIGKILL when it is still alive after ``timeout``
+    seconds (a local service's stop)."""
+    import signal
+    import time
+
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and pid_alive(pid):
+        reap(pid)
+        time.sleep(0.2)
+    if pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+        reap(pid)

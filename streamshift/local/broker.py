@@ -8,8 +8,6 @@ that ``scripts/setup`` fetched, listening on 127.0.0.1 only, its data under
 from __future__ import annotations
 
 import base64
-import os
-import signal
 import subprocess
 import time
 import uuid
@@ -17,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamshift.core.errors import StreamshiftError
-from streamshift.core.processes import pid_alive, port_open, reap, tail
+from streamshift.core.processes import pid_alive, port_open, tail, terminate
 from streamshift.core.settings import Settings
 
 
@@ -231,14 +229,6 @@ class LocalBroker:
         if pid is None or not pid_alive(pid):
             self.pid_file.unlink(missing_ok=True)
             return False
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and pid_alive(pid):
-            reap(pid)
-            time.sleep(0.2)
-        if pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
-            time.sleep(0.5)
-            reap(pid)
+        terminate(pid, timeout)
         self.pid_file.unlink(missing_ok=True)
         return True

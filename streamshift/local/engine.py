@@ -10,8 +10,6 @@ whose master is the cluster (README, "On a cluster"): this module only runs the 
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,12 +18,11 @@ from pathlib import Path
 
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.processes import (
-    pid_alive,
     port_open,
     process_start,
-    reap,
     same_process,
     tail,
+    terminate,
 )
 from streamshift.core.settings import Settings
 
@@ -182,15 +179,6 @@ class LocalEngine:
         if record is None or not same_process(*record):
             self.pid_file.unlink(missing_ok=True)
             return False
-        pid = record[0]
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and pid_alive(pid):
-            reap(pid)
-            time.sleep(0.2)
-        if pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
-            time.sleep(0.5)
-            reap(pid)
+        terminate(record[0], timeout)
         self.pid_file.unlink(missing_ok=True)
         return True
