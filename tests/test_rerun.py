@@ -196,9 +196,16 @@ def test_a_job_killed_after_any_commit_and_run_again_ends_as_one_clean_run(
     assert commits >= 4
 
     # A delta load pins nothing (its input is the file alone) and takes the same write-path
-    # steps as the replacement, whose matrix kills at every commit: it is killed at its first,
-    # middle and last commit.
-    kills = range(1, commits + 1) if job != "eod" else sorted({1, commits // 2, commits})
+    # steps as the replacement: it is killed at its first, middle and last commit. The jobs
+    # that pin their input (a replacement's cancels, a correction's differences) are killed at
+    # their first and last commit and at three others drawn anew each run (the seed is in a
+    # failure's message), so run after run the matrix covers every commit.
+    seed = random.randrange(2**32)
+    if job == "eod":
+        kills = sorted({1, commits // 2, commits})
+    else:
+        middle = random.Random(seed).sample(range(2, commits), min(3, commits - 2))
+        kills = sorted({1, commits, *middle})
     for k in kills:
         root = tmp_path / f"killed-{k}"
         shutil.copytree(base, root)
@@ -210,7 +217,7 @@ def test_a_job_killed_after_any_commit_and_run_again_ends_as_one_clean_run(
             kill_after(None)
         run(_target(spark, root, layer, reference))  # the re-run, as an Airflow retry makes it
         assert _state(_target(spark, root, layer, reference)) == expected, (
-            f"killed after commit {k}"
+            f"killed after commit {k} of {commits} (kills {kills}, seed {seed})"
         )
         shutil.rmtree(root)
 
