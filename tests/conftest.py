@@ -193,6 +193,8 @@ def airflow_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
             f"the Airflow tests are not grouped ({users}): pytest_collection_modifyitems "
             "must run before xdist's"
         )
+    from tests.cli_support import test_engine
+
     home = tmp_path_factory.mktemp("airflow-stack")
     # Two Spark jobs at once: backfill runs overlap on the two cores (and their commits to the
     # same tables exercise the write path's conflict retries).
@@ -204,6 +206,7 @@ def airflow_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         airflow_port=free_port(),
         airflow_spark_slots=2,
         promotion_window=3,
+        engine=test_engine(),  # the suite's engine: the stack starts none of its own
     )
     stack = LocalAirflow(stack_settings)
     stack.up(progress=False)

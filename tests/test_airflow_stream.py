@@ -38,7 +38,7 @@ from streamshift.write.apply import apply_changes
 from streamshift.write.target import Target, read
 from streamshift.write.transforms import raw_schema
 from tests.airflow_support import asset_events, dag_test, land_day, land_external
-from tests.cli_support import CLI, cli_env
+from tests.cli_support import CLI, cli_env, test_engine
 from tests.stream_support import drain, new_topic, oracle, state
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
@@ -170,7 +170,11 @@ def test_two_writers_and_the_stream_supervisor(spark, kafka_settings, tmp_path: 
 
 def test_late_data_re_reconciles_exactly_the_late_date(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     settings = load_settings(
-        {}, home=tmp_path / "home", spark_master="local[2]", spark_shuffle_partitions=2
+        {},
+        home=tmp_path / "home",
+        spark_master="local[2]",
+        spark_shuffle_partitions=2,
+        engine=test_engine(),
     )
     LocalAirflow(settings).migrate()
     d1, d2 = dt.date(2026, 11, 10), dt.date(2026, 11, 11)
