@@ -15,8 +15,9 @@ from urllib.parse import urljoin
 
 import pytest
 
-from streamshift.read.control import quality_results
+from streamshift.read.control import current_stage, quality_results
 from tests.airflow_support import dag_test, land_day
+from tests.cli_support import run_cli
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
 
@@ -38,6 +39,13 @@ def _edit_first_new_trade(path: Path, **values: str) -> str:
 
 def test_warn_goes_on_and_fail_stops_the_eod_run(airflow_stack) -> None:  # type: ignore[no-untyped-def]
     settings, client = airflow_stack
+    # The stack is shared: a test before this one may have promoted the flow. The runs here
+    # load the batch layer, so the flow goes back to stage batch first (demotion is allowed).
+    if current_stage(settings, "trades") != "batch":
+        back = run_cli(
+            settings.home, "promote", "--flow", "trades", "--to", "batch", "--by", "test"
+        )
+        assert back.returncode == 0, back.stderr[-2000:]
 
     # warn: an implausible price (policy warn in trades.raw and trades.current); fail: a book
     # nobody knows (policy fail in trades.raw). The two runs go side by side.
