@@ -331,7 +331,7 @@ def _quarantine(
         F.lit(batch_id).alias("batch_id"),
         F.current_timestamp().alias("quarantined_at"),
     )
-    merge_into(spark, tables.quarantine, rows, _same(["flow", "source_ref", "rule"]), insert="*")
+    merge_into(tables.quarantine, rows, _same(["flow", "source_ref", "rule"]), insert="*")
 
 
 def _quarantine_conflicts(
@@ -360,7 +360,7 @@ def _quarantine_conflicts(
         F.lit("").alias("batch_id"),
         F.current_timestamp().alias("quarantined_at"),
     )
-    merge_into(spark, tables.quarantine, rows, _same(["flow", "source_ref", "rule"]), insert="*")
+    merge_into(tables.quarantine, rows, _same(["flow", "source_ref", "rule"]), insert="*")
 
 
 def _apply_accepted(
@@ -651,7 +651,7 @@ def _merge_history(
     apply runs again.
     """
     on = _same([flow.key, flow.version]) & _synthetic("t").eq_null_safe(_synthetic("s")) & narrowed
-    merge_into(spark, tables.history, versions, on, insert="*")
+    merge_into(tables.history, versions, on, insert="*")
 
 
 def _insert_history(
@@ -768,12 +768,10 @@ def _merge_current(
 
     if (
         fresh_keys is not None
-        and committed(merge_into(spark, tables.current, latest, on, insert="*")) >= fresh_keys
+        and committed(merge_into(tables.current, latest, on, insert="*")) >= fresh_keys
     ):
         return True
-    committed(
-        merge_into(spark, tables.current, latest, on, update="*", update_when=version, insert="*")
-    )
+    committed(merge_into(tables.current, latest, on, update="*", update_when=version, insert="*"))
     return False
 
 
@@ -795,7 +793,7 @@ def _record_late(
         F.col(SOURCE).alias("source"),
     )
     on = _same(["flow", "business_date", "key", "version", "source"])
-    merge_into(spark, tables.late_events, late, on, insert="*")
+    merge_into(tables.late_events, late, on, insert="*")
 
 
 def _append_late(
@@ -869,7 +867,6 @@ def _merge_view(
             on = on & sql.col(c, "t").eq_null_safe(sql.col(c, "s"))
         present = sql.col("_present", "s").is_not_null()
         merge_into(
-            spark,
             path,
             source,
             on,

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Mapping
 from typing import Literal
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 
 from streamshift.core.sqltext import Sql, delta_path, identifier
 
@@ -80,7 +80,6 @@ def commits_so_far() -> int:
 
 
 def merge_into(
-    spark: SparkSession,
     path: str,
     source: DataFrame,
     on: Sql,
