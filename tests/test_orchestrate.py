@@ -175,44 +175,50 @@ def test_a_failing_job_leaves_its_one_line_error_for_the_orchestrator(tmp_path: 
     assert mark == "final"  # a retry cannot fix a missing file
 
 
-def test_an_engine_task_fails_at_once_when_its_job_says_a_retry_cannot_help(  # type: ignore[no-untyped-def]
-    tmp_path: Path, monkeypatch
+def test_an_engine_task_fails_at_once_when_its_job_says_a_retry_cannot_help(
+    tmp_path: Path,
 ) -> None:
     """The DAGs' Spark operator, running a real job on the suite's engine that refuses its
     input: the task fails with the job's one line and no retry (AirflowFailException). With
     the engine down it fails at once too, saying what to start — it never starts a local
-    Spark in the worker instead."""
-    from airflow.sdk.exceptions import AirflowFailException
+    Spark in the worker instead. Each runs in a fresh process with no JVM, as a task does."""
+    import subprocess
+    import sys
 
     from streamshift.core.processes import free_port
     from streamshift.local.airflow import connections
-    from streamshift.orchestrate.dags import engine_task
-    from tests.cli_support import test_engine
+    from tests.cli_support import cli_env, test_engine
 
     if not test_engine():
         pytest.skip("the suite runs without its engine (TESTS_ENGINE=off)")
-    # The operator's session marks the process a Spark Connect client (an environment
-    # variable): undone after the test, so this worker can still start a local session.
-    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "")
-    monkeypatch.delenv("SPARK_CONNECT_MODE_ENABLED")
-    settings = load_settings({}, home=tmp_path, engine=test_engine())
-    for name, value in connections(settings).items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("STREAMSHIFT_HOME", str(tmp_path))
     missing = tmp_path / "missing.csv"
     request = EodRequest("trades", dt.date(2026, 11, 20), missing).to_json()
-    task = engine_task("load_eod_file", request, "a refused load")
-    context = {"params": {}}  # (an empty context is replaced, not merged, by the operator)
-    with pytest.raises(AirflowFailException) as failed:
-        task.execute(context)
-    assert str(failed.value).startswith(f"load_eod_file failed: EOD file {missing} not found")
+    script = (
+        "import sys\n"
+        "from airflow.sdk.exceptions import AirflowFailException\n"
+        "from streamshift.orchestrate.dags import engine_task\n"
+        "try:\n"
+        "    engine_task('load_eod_file', sys.argv[1], 'a refused load').execute({'params': {}})\n"
+        "except AirflowFailException as exc:\n"
+        "    print('FAILED', exc)\n"
+    )
 
-    down = load_settings({}, home=tmp_path, engine=f"sc://127.0.0.1:{free_port()}")
-    for name, value in connections(down).items():
-        monkeypatch.setenv(name, value)
-    with pytest.raises(AirflowFailException, match="does not answer: start it") as failed:
-        engine_task("load_eod_file", request, "no engine").execute({"params": {}})
-    assert "streamshift engine up" in str(failed.value)
+    def task_with(engine: str) -> str:
+        env = cli_env(tmp_path, engine=engine)
+        env.update(connections(load_settings({}, home=tmp_path, engine=engine)))
+        done = subprocess.run(
+            [sys.executable, "-c", script, request],
+            env=env, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        said = [line for line in done.stdout.splitlines() if line.startswith("FAILED ")]
+        assert said, (done.stdout + done.stderr)[-3000:]
+        return said[0].removeprefix("FAILED ")
+
+    assert task_with(test_engine()).startswith(
+        f"load_eod_file failed: EOD file {missing} not found"
+    )
+    down = task_with(f"sc://127.0.0.1:{free_port()}")
+    assert "does not answer: start it" in down and "streamshift engine up" in down
 
 
 def test_the_quality_verdict_needs_the_jobs_recorded_checks(settings) -> None:  # type: ignore[no-untyped-def]

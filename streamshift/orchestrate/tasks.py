@@ -280,10 +280,12 @@ def run_on_engine(request: str, spark: Any = None) -> str:
     Spark Connect session (the operator made it); what it did, for the log and XCom."""
     from streamshift.core.settings import load_settings
     from streamshift.jobs.requests import check, run
+    from streamshift.spark import describe_session
 
     job = JobRequest.from_json(request)
     settings = load_settings()
     check(settings, job)
+    print(describe_session(spark), flush=True)  # where it runs, for the task's log
     done = run(spark, job, settings).describe()
     print(done)
     return done
