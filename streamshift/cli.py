@@ -275,7 +275,12 @@ def _cmd_close(args: argparse.Namespace) -> int:
 def _cmd_stage(args: argparse.Namespace) -> int:
     from streamshift.control.stages import promotion_evidence
     from streamshift.core.stages import next_stage, stage
-    from streamshift.read.control import current_stage, day_closes, stage_history
+    from streamshift.read.control import (
+        current_stage,
+        day_closes,
+        promotion_decisions,
+        stage_history,
+    )
 
     settings, flow = load_settings(), _known_flow(args.flow)
     now = stage(current_stage(settings, flow))
@@ -308,6 +313,15 @@ def _cmd_stage(args: argparse.Namespace) -> int:
         print(
             f"    {change['changed_at']}  {change['from_stage']} → {change['to_stage']}  "
             f"by {change['changed_by']}{forced}"
+        )
+    decisions = promotion_decisions(settings, flow)
+    if decisions:
+        print("promotion approvals (four eyes):")
+    for d in decisions:
+        answered = f"by {d['decided_by']}" if d["decided_by"] else "(nobody answered)"
+        print(
+            f"    {d['decided_at']}  {d['from_stage']} → {d['to_stage']}  asked by "
+            f"{d['requested_by']}: {d['decision']} {answered}  (run {d['run_id']})"
         )
     return 0
 
@@ -361,10 +375,42 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_promote(args: argparse.Namespace) -> int:
+    from streamshift.control.stages import check_promotion
     from streamshift.core.requests import PromoteRequest
+    from streamshift.core.stages import needs_approval
+    from streamshift.read.control import current_stage
 
     _known_flow(args.flow)
-    return _run_request(PromoteRequest(args.flow, args.to, args.force, args.reason, args.by))
+    request = PromoteRequest(args.flow, args.to, args.force, args.reason, args.by)
+    settings = load_settings()
+    if args.force or not needs_approval(current_stage(settings, args.flow), args.to):
+        return _run_request(request)  # (--force: an admin's recorded break-glass)
+    check_promotion(settings, args.flow, args.to, reason=args.reason)  # refused: say so now
+    return _request_approval(settings, request)
+
+
+def _request_approval(settings, request) -> int:  # type: ignore[no-untyped-def]
+    """Start the ``streamshift_promote`` run that waits for a second user's approval."""
+    from streamshift.local.airflow import USER, LocalAirflow
+    from streamshift.orchestrate.approval import approvers
+
+    airflow = LocalAirflow(settings)
+    if not airflow.status().up:
+        raise UserError(
+            f"a promotion to {request.to} waits for a second user's approval in Airflow, which "
+            "is not running: start it (streamshift airflow up) and run this again; an admin "
+            "may instead record it at once with --force --reason TEXT (break-glass)"
+        )
+    conf = {"flow": request.flow, "to": request.to, "force": False, "reason": request.reason}
+    run = airflow.client(USER).trigger("streamshift_promote", conf)
+    run_id = run["dag_run_id"]
+    who = " or ".join(approvers(settings.approvers, USER)) or "(nobody: set STREAMSHIFT_APPROVERS)"
+    print(f"promotion of {request.flow} to {request.to} requested as {USER}: run {run_id}")
+    print(
+        f"it waits for {who} to approve under Browse → Required actions: "
+        f"{airflow.url}/dags/streamshift_promote/runs/{run_id}/tasks/approve/required_actions"
+    )
+    return 0
 
 
 def _cmd_quality(args: argparse.Namespace) -> int:
@@ -822,7 +868,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="move a flow to another migration stage (gated by reconciliation)",
         description="Promote to the next stage (batch → shadow → stream → kappa) or demote to "
         "an earlier one. Promotion to stream or kappa needs the last N reconciled business "
-        "dates clean (STREAMSHIFT_PROMOTION_WINDOW); --force overrides with a recorded reason.",
+        "dates clean (STREAMSHIFT_PROMOTION_WINDOW) and a second user's approval: it starts a "
+        "streamshift_promote run in the local Airflow, which waits for one of "
+        "STREAMSHIFT_APPROVERS under Browse → Required actions. --force --reason records the "
+        "change at once, past the gate and the approval (an admin's break-glass).",
     )
     p.add_argument("--flow", required=True)
     p.add_argument("--to", required=True, choices=list(STAGE_NAMES))

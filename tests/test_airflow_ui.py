@@ -37,13 +37,22 @@ from streamshift.core.registry import flow_names
 from streamshift.core.stages import NAMES as STAGES
 from streamshift.jobs.eod import run_eod
 from streamshift.jobs.reconcile import reconcile_date
-from streamshift.local.airflow import OPERATOR, USER, VIEWER, LocalAirflow, password
+from streamshift.local.airflow import (
+    APPROVER,
+    OPERATOR,
+    USER,
+    VIEWER,
+    AirflowApiError,
+    LocalAirflow,
+    password,
+)
 from streamshift.orchestrate import tasks as T
 from streamshift.read.control import current_stage
 from streamshift.write.target import Target, read
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
 
+PROMOTE_DAG = "streamshift_promote"
 # Dates no other Airflow test uses; the newest in the stack's warehouse, so they are the
 # promotion evidence (the stack's window is 3).
 DAYS = [dt.date(2027, 6, 1) + dt.timedelta(days=i) for i in range(3)]
@@ -54,11 +63,11 @@ TRIGGER_DAY = dt.date(2027, 7, 1)
 BACKFILL_FORM_DAYS = [dt.date(2026, 10, 5), dt.date(2026, 10, 6)]
 
 
-def _set_stage(spark, settings, to: str) -> None:  # type: ignore[no-untyped-def]
+def _set_stage(spark, settings, to: str, flow: str = FLOW.name) -> None:  # type: ignore[no-untyped-def]
     """Walk the flow to ``to`` one recorded step at a time (the stack is shared)."""
-    while (now := current_stage(settings, FLOW.name)) != to:
+    while (now := current_stage(settings, flow)) != to:
         step = STAGES[STAGES.index(now) + (1 if STAGES.index(to) > STAGES.index(now) else -1)]
-        promote(spark, settings, FLOW.name, step, force=True, reason="test set-up", by="test")
+        promote(spark, settings, flow, step, force=True, reason="test set-up", by="test")
 
 
 def _without(path: Path, skip: set[str], out: Path) -> Path:
@@ -101,7 +110,15 @@ def _expected(spark, settings) -> dict[str, Any]:  # type: ignore[no-untyped-def
         "worst_rows": min(breaks, 10),
         "stage": now,
         "history_rows": stages.count(),
+        "approval_rows": _decisions(spark, settings),
     }
+
+
+def _decisions(spark, settings) -> int:  # type: ignore[no-untyped-def]
+    path = ControlTables(settings.warehouse).promotion_decisions
+    if not (Path(path) / "_delta_log").is_dir():
+        return 0
+    return read(spark, path).where(F.col("flow") == FLOW.name).count()
 
 
 def _shown(driver) -> dict[str, Any]:  # type: ignore[no-untyped-def]
@@ -121,15 +138,19 @@ def _shown(driver) -> dict[str, Any]:  # type: ignore[no-untyped-def]
         "worst_rows": len(section.find_elements(By.CSS_SELECTOR, "table.worst tbody tr")),
         "stage": section.find_element(By.CSS_SELECTOR, ".stage").text,
         "history_rows": len(section.find_elements(By.CSS_SELECTOR, "table.history tbody tr")),
+        "approval_rows": len(section.find_elements(By.CSS_SELECTOR, "table.approvals tbody tr")),
     }
 
 
-def _login(driver, airflow: LocalAirflow, then: str) -> WebDriverWait:  # type: ignore[no-untyped-def]
-    """Sign in through Airflow's login form, which then opens the UI's page ``then``."""
+def _login(driver, airflow: LocalAirflow, then: str, user: str = USER) -> WebDriverWait:  # type: ignore[no-untyped-def]
+    """Sign in as ``user`` through Airflow's login form, which then opens the UI's page
+    ``then`` (whoever was signed in before is signed out first)."""
     wait = WebDriverWait(driver, 60)
+    driver.get(f"{airflow.url}/auth/login")
+    driver.delete_all_cookies()
     driver.get(f"{airflow.url}/auth/login?next={urllib.parse.quote(then, safe='')}")
-    wait.until(EC.presence_of_element_located((By.NAME, "username"))).send_keys(USER)
-    driver.find_element(By.NAME, "password").send_keys(password(airflow.settings))
+    wait.until(EC.presence_of_element_located((By.NAME, "username"))).send_keys(user)
+    driver.find_element(By.NAME, "password").send_keys(password(airflow.settings, user))
     driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     return wait
 
@@ -221,15 +242,52 @@ def test_migration_page_in_the_browser_shows_the_tables_and_promotes_through_the
     box = browser.find_element(By.CSS_SELECTOR, "section.flow[data-flow='trades'] .promote")
     box.find_element(By.CSS_SELECTOR, "input.reason").send_keys("three clean days")
     box.find_element(By.TAG_NAME, "button").click()
-    # The page triggers streamshift_promote as the signed-in user and reloads when it is done.
-    # An element read while the page reloads goes stale: the wait reads it again.
-    WebDriverWait(
-        browser, 600, poll_frequency=3, ignored_exceptions=[StaleElementReferenceException]
-    ).until(
+    # The page triggers streamshift_promote as the signed-in user; the run waits for a second
+    # user's approval (four eyes), and the page says so, linking to where they answer.
+    awaiting = WebDriverWait(browser, 300, poll_frequency=2).until(
+        lambda d: d.find_element(By.CSS_SELECTOR, ".promote .outcome.awaiting")
+    )
+    assert "waiting for a second user's approval" in awaiting.text
+    link = awaiting.find_element(By.TAG_NAME, "a").get_attribute("href")
+    browser.save_screenshot(str(tmp_path / "migration-page-awaiting-approval.png"))
+    run_id = urllib.parse.unquote(link.split("/runs/")[1].split("/")[0])
+    assert current_stage(settings, FLOW.name) == "shadow"  # nothing recorded before the answer
+    # The requester may not approve their own request: the request is not assigned to them.
+    detail = airflow.client(USER).hitl(PROMOTE_DAG, run_id, "approve")
+    assert [u["id"] for u in detail["assigned_users"]] == [APPROVER]
+    assert f"| {DAYS[-1]} | 0 |" in detail["body"]  # the evidence the approver reads
+    with pytest.raises(AirflowApiError) as own:
+        airflow.client(USER).respond(PROMOTE_DAG, run_id, "approve", "Approve")
+    assert own.value.status == 403
+
+    # The approver signs in, reads the request and its evidence, and approves it.
+    path = urllib.parse.urlparse(link).path
+    wait = _login(browser, airflow, path, user=APPROVER)
+    wait.until(
         lambda d: (
-            d.find_element(By.CSS_SELECTOR, "section.flow[data-flow='trades'] .stage").text
-            == "stream"
+            f"Promote {FLOW.name} from shadow to stream?"
+            in d.find_element(By.TAG_NAME, "body").text
         )
+    )
+    approve = wait.until(
+        EC.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Approve']"))
+    )
+    browser.save_screenshot(str(tmp_path / "required-action-approval.png"))
+    approve.click()
+    # The page's run goes on: record_promotion records the answer and the change.
+    run = airflow.client(USER).wait_for_run(PROMOTE_DAG, run_id, timeout=600)
+    assert run["state"] == "success"
+    assert current_stage(settings, FLOW.name) == "stream"
+    _login_and_open(browser, airflow)
+    [decision] = [
+        r
+        for r in read(spark, ControlTables(settings.warehouse).promotion_decisions).collect()
+        if r["run_id"] == run_id
+    ]
+    assert (decision["requested_by"], decision["decision"], decision["decided_by"]) == (
+        USER,
+        "approved",
+        APPROVER,
     )
     changes = (
         read(spark, ControlTables(settings.warehouse).stage_changes)
@@ -523,3 +581,48 @@ def test_forcing_a_promotion_needs_the_admin_role(airflow_stack) -> None:  # typ
     assert current_stage(settings, "trades") == now
     log = operator.task_log("streamshift_promote", run_id, "check_gate")
     assert "may not force a promotion past the gate: that needs the admin role" in log, log
+
+
+def test_a_promotion_to_stream_waits_for_a_second_user_whose_rejection_is_recorded(  # type: ignore[no-untyped-def]
+    spark, airflow_stack
+) -> None:
+    """Four eyes through the real DAG and REST API: an admin forces telemetry to stream (past
+    the evidence, never past the approval); the request is assigned to the approver alone,
+    shows why it was forced, refuses the admin's own answer, and the approver's rejection
+    fails the run, changes no stage and is recorded."""
+    settings, client = airflow_stack
+    flow = "telemetry"
+    client.wait_for_dag(PROMOTE_DAG)
+    _set_stage(spark, settings, "shadow", flow)
+    try:
+        conf = {"flow": flow, "to": "stream", "force": True, "reason": "pilot desk"}
+        run_id = client.trigger(PROMOTE_DAG, conf)["dag_run_id"]
+        deadline = time.monotonic() + 300
+        while client.task_states(PROMOTE_DAG, run_id).get("approve") != "awaiting_input":
+            assert client.run(PROMOTE_DAG, run_id)["state"] == "running"
+            assert time.monotonic() < deadline, client.task_states(PROMOTE_DAG, run_id)
+            time.sleep(2)
+        detail = client.hitl(PROMOTE_DAG, run_id, "approve")
+        assert [u["id"] for u in detail["assigned_users"]] == [APPROVER]
+        assert detail["subject"] == f"Promote {flow} from shadow to stream?"
+        assert "FORCED past the gate: pilot desk" in detail["body"]
+        with pytest.raises(AirflowApiError) as own:
+            client.respond(PROMOTE_DAG, run_id, "approve", "Approve")
+        assert own.value.status == 403
+        LocalAirflow(settings).client(APPROVER).respond(PROMOTE_DAG, run_id, "approve", "Reject")
+
+        run = client.wait_for_run(PROMOTE_DAG, run_id, timeout=600)
+        assert run["state"] == "failed"
+        states = client.task_states(PROMOTE_DAG, run_id)
+        assert (states["approve"], states["record_promotion"]) == ("success", "failed")
+        assert "rejected by approver" in client.task_log(PROMOTE_DAG, run_id, "record_promotion")
+        assert current_stage(settings, flow) == "shadow"
+        decided = read(spark, ControlTables(settings.warehouse).promotion_decisions).where(
+            F.col("run_id") == run_id
+        )
+        assert [
+            (r["flow"], r["requested_by"], r["decision"], r["decided_by"])
+            for r in decided.collect()
+        ] == [(flow, USER, "rejected", APPROVER)]
+    finally:
+        _set_stage(spark, settings, "batch", flow)

@@ -37,6 +37,7 @@ from streamshift.read.control import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from streamshift.core.requests import PromoteRequest
     from streamshift.core.settings import Settings
 
 # Stages a promotion into needs evidence for (what the stage before makes).
@@ -45,6 +46,67 @@ GATED = tuple(s.name for s in stages.STAGES if stages.entry_evidence(s.name))
 
 class PromotionRefused(StreamshiftError):
     final = True
+
+
+class PromotionRejected(PromotionRefused):
+    """A second user rejected the promotion, or nobody answered in time (recorded)."""
+
+
+APPROVED, REJECTED, TIMED_OUT = "approved", "rejected", "timed out"
+
+
+def record_decision(spark: SparkSession, settings: Settings, request: PromoteRequest) -> None:
+    """Record the answer to a promotion that waited for approval (``request.approval``), once
+    per Airflow run: a re-run of the recording task adds no second row."""
+    from streamshift.core import sqltext as sql
+    from streamshift.core.catalog import PROMOTION_DECISIONS_SCHEMA
+    from streamshift.write.commits import merge_into
+    from streamshift.write.target import ensure_table
+
+    path = ControlTables(settings.warehouse).promotion_decisions
+    ensure_table(spark, path, PROMOTION_DECISIONS_SCHEMA)
+    row = (
+        request.flow,
+        current_stage(settings, request.flow),
+        request.to,
+        request.by,
+        request.approval,
+        request.approved_by,
+        dt.datetime.now(dt.UTC).replace(tzinfo=None),
+        request.run_id,
+        request.force,
+        request.reason,
+    )
+    same = sql.TRUE
+    for c in ("flow", "run_id", "to_stage"):
+        same = same & sql.col(c, "t").eq_null_safe(sql.col(c, "s"))
+    merge_into(path, spark.createDataFrame([row], PROMOTION_DECISIONS_SCHEMA), same, insert="*")
+
+
+def decide(spark: SparkSession, settings: Settings, request: PromoteRequest) -> StageChange:
+    """A promotion request carrying its approval: recorded, then the change made when it was
+    approved (through the gate again), or :class:`PromotionRejected` saying who said no."""
+    if request.approval is not None:
+        record_decision(spark, settings, request)
+        if request.approval != APPROVED:
+            who = (
+                f"rejected by {request.approved_by}"
+                if request.approval == REJECTED
+                else "not approved in time (a time-out counts as a rejection)"
+            )
+            raise PromotionRejected(
+                f"promotion of {request.flow} to {request.to} {who}; recorded. Ask again once "
+                "the approver's questions are answered"
+            )
+    return promote(
+        spark,
+        settings,
+        request.flow,
+        request.to,
+        force=request.force,
+        reason=request.reason,
+        by=request.by,
+    )
 
 
 def stage_changes_path(settings: Settings) -> str:

@@ -70,6 +70,12 @@ STAGE_CHANGES_SCHEMA = (
     "flow STRING, from_stage STRING, to_stage STRING, changed_at TIMESTAMP, changed_by STRING, "
     "forced BOOLEAN, reason STRING, evidence STRING"
 )
+# Every answer to a promotion that waited for a second user's approval (four eyes): decision
+# is "approved", "rejected" or "timed out" (decided_by is null then).
+PROMOTION_DECISIONS_SCHEMA = (
+    "flow STRING, from_stage STRING, to_stage STRING, requested_by STRING, decision STRING, "
+    "decided_by STRING, decided_at TIMESTAMP, run_id STRING, forced BOOLEAN, reason STRING"
+)
 
 
 class UnknownLayerError(StreamshiftError):
@@ -153,6 +159,11 @@ class ControlTables:
     @property
     def stage_changes(self) -> str:
         return self._path("stage_changes")
+
+    @property
+    def promotion_decisions(self) -> str:
+        """Approvals and rejections of promotions (``PROMOTION_DECISIONS_SCHEMA``)."""
+        return self._path("promotion_decisions")
 
     @property
     def quality_runs(self) -> str:

@@ -119,3 +119,8 @@ class PromoteRequest(JobRequest):
     force: bool = False
     reason: str | None = None
     by: str | None = None
+    # Set where the promotion waited for a second user (four eyes): "approved", "rejected" or
+    # "timed out", who answered (none on a time-out) and the Airflow run that asked.
+    approval: str | None = None
+    approved_by: str | None = None
+    run_id: str | None = None

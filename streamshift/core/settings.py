@@ -177,6 +177,17 @@ class Settings:
         "comma-separated data-quality suites (e.g. <flow>.current) whose `fail` results on a "
         "date make it unclean for promotion; empty: parity alone decides",
     )
+    approvers: str = _setting(
+        "approver,admin",
+        str,
+        "comma-separated Airflow users who may approve a promotion to stream or kappa in the "
+        "streamshift_promote DAG; the user who asked is never one of them (four eyes)",
+    )
+    approval_timeout_minutes: int = _setting(
+        1440,
+        _positive_int,
+        "minutes a promotion waits for its approval; unanswered, it is recorded as rejected",
+    )
     stream_quality_every: int = _setting(
         0,
         _non_negative_int,

@@ -39,6 +39,9 @@ class Stage:
     evidence: str | None  # the reconciliation this stage makes that gates the next stage
     serves: str  # "batch", "lambda" (batch for closed dates, stream after) or "stream"
     summary: str  # one line for the page and --help
+    # Promotion into this stage waits for a second user's approval in the streamshift_promote
+    # DAG (four eyes): from here on the stream layer is what readers get.
+    approved_entry: bool = False
 
     @property
     def loads(self) -> bool:
@@ -93,6 +96,7 @@ STAGES: tuple[Stage, ...] = (
         evidence=EOD_FILE,
         serves="stream",
         summary="the stream layer serves; the EOD file reconciles and corrects it",
+        approved_entry=True,
     ),
     Stage(
         "kappa",
@@ -104,6 +108,7 @@ STAGES: tuple[Stage, ...] = (
         evidence=None,
         serves="stream",
         summary="no EOD file: a day closes at its cut-off; reprocessing is replay",
+        approved_entry=True,
     ),
 )
 NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
@@ -135,6 +140,12 @@ def entry_evidence(name: str) -> str | None:
     """The reconciliation a promotion into ``name`` needs clean: what the stage before makes."""
     before = previous_stage(name)
     return before.evidence if before else None
+
+
+def needs_approval(now: str, to: str) -> bool:
+    """Whether moving from stage ``now`` to ``to`` waits for a second user's approval: a
+    promotion into a stage whose stream layer serves readers. Demotion never waits."""
+    return position(to) > position(now) and stage(to).approved_entry
 
 
 def streaming() -> tuple[str, ...]:

@@ -84,11 +84,12 @@ def check(settings: Settings, request: JobRequest) -> None:
         _progress(f"checking {request.flow} {request.business_date}'s cut-off and offsets")
         close.check(settings, request)
     elif isinstance(request, PromoteRequest):
-        from streamshift.control.stages import check_promotion
+        from streamshift.control.stages import APPROVED, check_promotion
 
-        check_promotion(
-            settings, request.flow, request.to, force=request.force, reason=request.reason
-        )
+        if request.approval in (None, APPROVED):  # (a rejection is recorded, gate or not)
+            check_promotion(
+                settings, request.flow, request.to, force=request.force, reason=request.reason
+            )
 
 
 def run(spark: SparkSession, request: JobRequest, settings: Settings | None = None) -> JobDone:
@@ -121,18 +122,9 @@ def run(spark: SparkSession, request: JobRequest, settings: Settings | None = No
         result = close.run(spark, request, settings)
         layer, file = "stream", None
     elif isinstance(request, PromoteRequest):
-        from streamshift.control.stages import promote
+        from streamshift.control.stages import decide
 
-        result = promote(
-            spark,
-            settings,
-            flow.name,
-            request.to,
-            force=request.force,
-            reason=request.reason,
-            by=request.by,
-        )
-        return JobDone(request, result)
+        return JobDone(request, decide(spark, settings, request))
     else:
         raise TypeError(f"no job runs {type(request).__name__}")
     quality = _quality(spark, settings, request, layer, file)

@@ -5,9 +5,10 @@ LocalExecutor, the SimpleAuthManager with token auth — but as detached process
 ``STREAMSHIFT_HOME/airflow``, so the CLI returns and ``down`` stops them later:
 
 * the repo's ``dags/`` and ``plugins/``, examples off;
-* one ``admin`` user whose password is generated once and kept in ``passwords.json`` under
-  the Airflow home (printed by ``up``, never in the repo), a JWT secret shared by the
-  components kept beside it;
+* the users ``admin``, ``operator`` (triggers and promotes, may not force), ``approver`` (the
+  second pair of eyes on a promotion) and ``viewer`` (read-only), whose passwords are generated
+  once and kept in ``passwords.json`` under the Airflow home (printed by ``up``, never in the
+  repo), a JWT secret shared by the components kept beside it;
 * ``spark_default`` pointing at ``STREAMSHIFT_SPARK_MASTER`` (``local[*]`` by default) and
   ``fs_default`` at ``/`` for the file sensor, given as ``AIRFLOW_CONN_*`` variables;
 * ``.venv/bin`` first on PATH for what Airflow spawns (``spark-submit`` finds its Spark home
@@ -63,7 +64,8 @@ _SUPERVISE = (
 USER = "admin"
 VIEWER = "viewer"  # read-only: sees the DAGs and the Migration page, cannot trigger or promote
 OPERATOR = "operator"  # triggers DAGs and promotes through the gate, may not force past it
-USERS = {USER: "admin", VIEWER: "viewer", OPERATOR: "op"}  # user -> SimpleAuthManager role
+APPROVER = "approver"  # the second pair of eyes: approves promotions to stream and kappa
+USERS = {USER: "admin", VIEWER: "viewer", OPERATOR: "op", APPROVER: "user"}  # user -> role
 # Imported by name in every component (``airflow_db``: the busy timeout, and the write lock
 # taken before a SAVEPOINT); named, not imported, so this module's users load no SQLAlchemy.
 _CONNECT_ARGS = "streamshift.local.airflow_db.CONNECT_ARGS"
@@ -490,6 +492,22 @@ class AirflowClient:
     def run(self, dag_id: str, run_id: str) -> dict[str, Any]:
         run: dict[str, Any] = self.get(self._run_path(dag_id, run_id))
         return run
+
+    def hitl(self, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
+        """A human-in-the-loop task's request and answer (``hitlDetails``)."""
+        detail: dict[str, Any] = self.get(
+            f"{self._run_path(dag_id, run_id)}/taskInstances/{task_id}/-1/hitlDetails"
+        )
+        return detail
+
+    def respond(self, dag_id: str, run_id: str, task_id: str, *chosen: str) -> dict[str, Any]:
+        """Answer a human-in-the-loop task as this client's user (403 when not assigned)."""
+        detail: dict[str, Any] = self._send(
+            "PATCH",
+            f"{self._run_path(dag_id, run_id)}/taskInstances/{task_id}/-1/hitlDetails",
+            {"chosen_options": list(chosen)},
+        )
+        return detail
 
     def set_run_state(self, dag_id: str, run_id: str, state: str) -> dict[str, Any]:
         """Mark a run ``success`` or ``failed``, as the UI's run page does."""

@@ -31,6 +31,7 @@ from airflow.sdk import (
 
 from streamshift.core.settings import REPO_ROOT, Settings, load_settings
 from streamshift.orchestrate import tasks as T
+from streamshift.orchestrate.approval import PromotionApproval
 from streamshift.orchestrate.engine_operator import EngineOperator
 from streamshift.orchestrate.waiting import CompleteFileSensor
 from streamshift.quality.project import QualityError
@@ -508,9 +509,9 @@ def promote_dag(flows: list[str]) -> DAG:
         schedule=None,
         start_date=START,
         catchup=False,
-        # Triggered only; one promotion at a time, so a gate check and its record never race.
+        # Triggered only. Runs do not queue behind each other: one flow's promotion waiting for
+        # its approval does not hold up another's (the record re-checks the gate as it writes).
         is_paused_upon_creation=False,
-        max_active_runs=1,
         default_args={**DEFAULT_ARGS, "retries": 0},
         tags=["streamshift", "migration"],
         params={
@@ -522,10 +523,14 @@ def promote_dag(flows: list[str]) -> DAG:
         doc_md="""
 ### Promote a flow
 The same gate as `streamshift promote`: promotion to `stream` or `kappa` needs the last N
-reconciled business dates clean (stream vs batch); `force` overrides it with a recorded
-`reason`; demotion is always allowed. **check_gate** answers without Spark (a refusal fails the
-run at once, saying why); **record_promotion** re-checks and records the change with the
-Airflow user who triggered the run as `changed_by`. The Migration page triggers this DAG.
+reconciled business dates clean (the evidence the stage before makes); `force` (admins only)
+overrides the evidence with a recorded `reason`, never the approval; demotion is always
+allowed. **check_gate** answers without Spark (a refusal fails the run at once, saying why).
+**approve**: a promotion to `stream` or `kappa` waits for a second user (four eyes) under
+*Browse → Required actions*, showing the evidence; the user who triggered the run cannot
+approve it, and no answer in time counts as a rejection. **record_promotion** records the
+answer and, when approved, re-checks the gate and records the change with the triggering user
+as `changed_by`; a rejection fails the run, recorded. The Migration page triggers this DAG.
 """,
     ) as dag:
 
@@ -547,10 +552,18 @@ Airflow user who triggered the run as `changed_by`. The Migration page triggers 
             print(f"gate: {change.describe()} (by {user})")
             return PromoteRequest(params["flow"], params["to"], force, reason, user).to_json()
 
+        gate = check_gate()
+        approval = PromotionApproval(
+            task_id="approve",
+            source="check_gate",
+            doc_md="A second user approves a promotion to stream or kappa (four eyes).",
+        )
+        gate >> approval
         engine_task(
             "record_promotion",
-            check_gate(),
-            "Record the stage change (the gate is checked again as it is recorded).",
+            approval.output,
+            "Record the approver's answer and, when approved, the stage change (the gate is "
+            "checked again as it is recorded).",
         )
     return dag
 

@@ -8,7 +8,8 @@ server under ``/streamshift``, shown in the UI's navigation as an external view:
 * ``POST /streamshift/api/flows/{flow}/promote`` — the promotion gate (409 with the CLI's
   message when it says no); when it says yes, a ``streamshift_promote`` DAG run triggered as
   the signed-in user, which records the change with that user as ``changed_by``;
-* ``GET  /streamshift/api/promotions/{run_id}`` — that run's state;
+* ``GET  /streamshift/api/promotions/{run_id}`` — that run's state and, while it waits for a
+  second user's approval, the link to Airflow's Required actions where they answer;
 * ``GET  /streamshift/reports/{flow}/{date}`` — the day's HTML report;
 * ``GET  /streamshift/data_docs/...`` — Great Expectations Data Docs (what the report and the
   page link to).
@@ -53,6 +54,7 @@ def flow_summary(settings: Settings, flow: str) -> dict[str, Any]:
     from streamshift.read.control import (
         breaks_of,
         latest_runs,
+        promotion_decisions,
         quality_results,
         recon_by_date,
         stage_history,
@@ -115,6 +117,7 @@ def flow_summary(settings: Settings, flow: str) -> dict[str, Any]:
         "next_stage": next_name,
         "next_is_gated": next_name in GATED,
         "stage_history": history,
+        "approvals": promotion_decisions(settings, flow),
         "evidence": {
             "window": evidence.window,
             "sufficient": evidence.sufficient,
@@ -241,6 +244,8 @@ clean in a row; promotion needs {evidence["window"]})</small></h3>
 <ul class="streams">{streams}</ul>
 <h3>Stage history</h3>
 {html_table(s["stage_history"], ["changed_at", "from_stage", "to_stage", "changed_by", "forced", "reason"], "history")}
+<h3>Promotion approvals (four eyes)</h3>
+{html_table(s["approvals"], ["decided_at", "from_stage", "to_stage", "requested_by", "decision", "decided_by"], "approvals")}
 </section>"""
 
 
@@ -261,6 +266,10 @@ for (const button of document.querySelectorAll('.promote button')) {
       await new Promise(r => setTimeout(r, 3000));
       const run = await (await fetch(`api/promotions/${encodeURIComponent(body.run_id)}`)).json();
       if (run.state === 'success') { location.reload(); return; }
+      if (run.approval) { out.className = 'outcome awaiting'; out.innerHTML = '';
+        out.append(`${body.message}: waiting for a second user's approval (run ${body.run_id}) — `);
+        const link = document.createElement('a'); link.href = run.approval; link.target = '_top';
+        link.textContent = 'Required actions'; out.append(link); }
       if (run.state === 'failed') { out.className = 'outcome refused'; out.textContent = `run ${body.run_id} failed: see its log in the DAG streamshift_promote`; return; }
     }
   });
@@ -282,7 +291,7 @@ td, th {{ padding: 2px 8px; border-bottom: 1px solid #eee; text-align: left; }}
 .day {{ padding: 2px 6px; border-radius: 3px; font-size: .8em; }}
 .day.clean {{ background: #d4edda; }} .day.breaks {{ background: #f8d7da; }}
 .day.empty {{ background: #eee; color: #888; }}
-.refused, .failing {{ color: #a00; }} .running {{ color: #555; }}
+.refused, .failing {{ color: #a00; }} .running, .awaiting {{ color: #555; }}
 </style></head><body>
 <h1>Migration</h1>
 <p>Signed in as <b class="user">{_e(user)}</b>. Each flow's migration stage, the reconciliation
@@ -415,10 +424,22 @@ def create_app() -> Any:
     def promotion(run_id: str, request: Request) -> dict[str, Any]:
         from urllib.parse import quote
 
-        run = _airflow_api(
-            "GET", f"/api/v2/dags/{PROMOTE_DAG}/dagRuns/{quote(run_id)}", _credential(request)
-        )
-        return {"run_id": run["dag_run_id"], "state": run["state"], "conf": run.get("conf")}
+        path = f"/api/v2/dags/{PROMOTE_DAG}/dagRuns/{quote(run_id, safe='')}"
+        run = _airflow_api("GET", path, _credential(request))
+        approve = _airflow_api("GET", f"{path}/taskInstances/approve", _credential(request))
+        waiting = approve.get("state") in ("awaiting_input", "deferred")
+        return {
+            "run_id": run["dag_run_id"],
+            "state": run["state"],
+            "conf": run.get("conf"),
+            # Waiting for a second user: where they answer (Airflow's Required actions).
+            "approval": (
+                f"../dags/{PROMOTE_DAG}/runs/{quote(run_id, safe='')}/tasks/approve/"
+                "required_actions"
+                if waiting
+                else None
+            ),
+        }
 
     @app.get("/reports/{flow}/{day}")
     def report(flow: str, day: str) -> FileResponse:

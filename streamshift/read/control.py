@@ -26,6 +26,12 @@ def stage_history(settings: Settings, flow: str) -> list[dict[str, Any]]:
     return sorted(changes, key=lambda r: r["changed_at"])
 
 
+def promotion_decisions(settings: Settings, flow: str) -> list[dict[str, Any]]:
+    """Answers to the flow's promotions that waited for approval, oldest first."""
+    decided = rows(_control(settings).promotion_decisions, where=[("flow", "=", flow)])
+    return sorted(decided, key=lambda r: r["decided_at"])
+
+
 def current_stage(settings: Settings, flow: str) -> str:
     """The flow's migration stage: the last recorded change's target (``batch`` before any)."""
     history = stage_history(settings, flow)
