@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -209,6 +210,41 @@ def _cmd_eod(args: argparse.Namespace) -> int:
             args.flow, args.date, args.file, args.layer, replace, quality_run=args.quality_run
         )
     )
+
+
+def _cmd_trace(args: argparse.Namespace) -> int:
+    from streamshift.core.catalog import LayerTables
+    from streamshift.core.formatting import format_table
+    from streamshift.core.registry import get_flow
+    from streamshift.core.stages import stage
+    from streamshift.read.control import current_stage
+    from streamshift.read.trace import COLUMNS, table_rows, trace
+
+    _known_flow(args.flow)
+    settings, flow = load_settings(), get_flow(args.flow)
+    serves = stage(current_stage(settings, flow.name)).serves
+    layer = args.layer or ("stream" if serves == "stream" else "batch")
+    found = trace(flow, LayerTables(settings.warehouse, flow, layer), args.key)
+    if args.format == "json":
+        print(json.dumps(found.as_json(), default=str, indent=2))
+    elif not found.events:
+        print(
+            f"{flow.name}: the {layer} layer has received nothing for key {args.key!r} "
+            f"(quarantine included); check the key, or --layer "
+            f"{'batch' if layer == 'stream' else 'stream'}"
+        )
+        return 1
+    else:
+        now = found.current
+        state = (
+            "none"
+            if now is None
+            else f"version {now['version']}{' (deleted)' if now['deleted'] else ''} from "
+            f"{now['source_ref']}"
+        )
+        print(f"{flow.name} key {args.key} in the {layer} layer: current {state}")
+        sys.stdout.write(format_table(COLUMNS, table_rows(found)))
+    return 0
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -725,6 +761,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["table", "csv"], default="table")
     p.add_argument("--limit", type=int, default=0, help="at most this many rows (0: all)")
     p.set_defaults(handler=_cmd_show)
+
+    p = sub.add_parser(
+        "trace",
+        help="where a key's changes went: every version received, its source and outcome",
+        description="Every version of one key the layer received, in the order received, each "
+        "with its source and source_ref (file:line or topic:partition:offset), when it was "
+        "applied and its outcome: applied (* = still current), superseded (a higher version "
+        "came in the same apply), quarantined (with the rule); late where its date was closed. "
+        "Reads the Delta tables through deltalake: no Spark, no JVM.",
+    )
+    p.add_argument("--flow", required=True)
+    p.add_argument("--key", required=True, help="the flow's key, e.g. a trade_id")
+    p.add_argument(
+        "--layer",
+        choices=["batch", "stream"],
+        help="default: the layer that serves readers in the flow's stage (batch in shadow)",
+    )
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.set_defaults(handler=_cmd_trace)
 
     p = sub.add_parser(
         "generate",

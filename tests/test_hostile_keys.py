@@ -15,6 +15,7 @@ from flows.trades import FLOW
 from streamshift.core.catalog import LayerTables
 from streamshift.jobs.eod import run_eod
 from streamshift.read.tables import rows as delta_rows
+from streamshift.read.trace import trace
 from streamshift.write.apply import apply_changes
 from streamshift.write.target import Target, read
 from streamshift.write.transforms import raw_schema
@@ -141,6 +142,43 @@ def test_hostile_keys_through_eod_files_stream_late_events_and_the_reader(spark,
         assert found == [{"trade_id": key}], key
     found = delta_rows(target.tables.current, ["trade_id"], [("trade_id", "IN", tuple(HOSTILE))])
     assert sorted(r["trade_id"] for r in found) == sorted(HOSTILE)
+
+    # Where each key's changes went (`streamshift trace`, JVM-free): the oracle is the files'
+    # lines and the events' offsets.
+    first_key = HOSTILE[0]
+    burst = [  # one apply brings v4 and v5: v4 never becomes current; a poison row is refused
+        trade(first_key, 4, event="AMEND", date=str(DAY), quantity=6, ref="trades:0:100"),
+        trade(first_key, 5, event="AMEND", date=str(DAY), quantity=7, ref="trades:0:101"),
+        trade(first_key, 6, event="AMEND", date=str(DAY), side="SIDEWAYS", ref="trades:0:102"),
+    ]
+    apply_changes(FLOW, frame(spark, burst), "kafka", target)
+    for i, key in enumerate(HOSTILE):
+        expected_events = [
+            (1, "NEW", "eod", f"day.csv:{i + 2}", "applied", False),
+            (2, second[i][2], "eod", f"amend.csv:{i + 2}", "applied", False),
+        ]
+        if key != HOSTILE[-1]:
+            expected_events.append((3, "AMEND", "kafka", f"trades:0:{i}", "applied", True))
+        if key == first_key:
+            expected_events += [
+                (4, "AMEND", "kafka", "trades:0:100", "superseded", True),
+                (5, "AMEND", "kafka", "trades:0:101", "applied", True),
+                (None, None, "kafka", "trades:0:102", "quarantined", False),
+            ]
+        found = trace(FLOW, target.tables, key)
+        got = [
+            (e["version"], e["event_type"], e["source"], e["source_ref"].rsplit("/", 1)[-1],
+             e["outcome"], e["late"])
+            for e in found.events
+        ]  # fmt: skip
+        assert got == expected_events, key
+        assert [e["current"] for e in found.events].count(True) == 1
+        assert found.current is not None
+        assert found.current["version"] == max(v for v, *_ in expected_events if v)
+        assert found.current["deleted"] == (key == HOSTILE[-1])
+    [refused] = [e for e in trace(FLOW, target.tables, first_key).events if e["rule"]]
+    assert refused["rule"] == "known_side"
+    assert trace(FLOW, target.tables, "BK").events == []  # a prefix of keys is no key
 
 
 def test_a_spreadsheet_shaped_file_reads_as_the_csv_modules(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]

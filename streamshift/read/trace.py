@@ -1,0 +1,149 @@
+"""``streamshift trace``: where a key's changes went, read without a JVM (deltalake).
+
+For one key of one layer, every version the layer received, in the order it received them
+(the apply's clock, then the line or offset), each with where it came from (``source`` and
+``source_ref``: ``<file>:<line>`` or ``<topic>:<partition>:<offset>``), when it was applied and
+its outcome:
+
+* ``applied``: it became the key's current version (``current`` marks the one that still is);
+* ``superseded``: a higher version of the key arrived in the same apply, so it never was;
+* ``quarantined``: refused by a rule (``rule``), from the quarantine;
+
+and ``late`` where its business date was closed when it arrived. A version is recorded once,
+at its first delivery: a re-sent copy of a version the layer already holds changes nothing and
+is not listed.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from streamshift.core.contract import APPLIED_AT, IS_DELETED, LOG_REF, SOURCE, SOURCE_REF
+from streamshift.read.tables import rows
+
+if TYPE_CHECKING:
+    from streamshift.core.catalog import LayerTables
+    from streamshift.core.flow import Flow
+
+APPLIED, SUPERSEDED, QUARANTINED = "applied", "superseded", "quarantined"
+COLUMNS = ["version", "event_type", "source", "source_ref", "outcome", "rule", "late", "applied_at"]
+
+
+@dataclass
+class Trace:
+    key: str
+    layer: str
+    current: dict[str, Any] | None
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "layer": self.layer,
+            "current": self.current,
+            "events": self.events,
+        }
+
+
+def _order(ref: str | None) -> tuple[str, int]:
+    """``file:line`` / ``topic:partition:offset`` → (its stem, its number), for receipt order."""
+    head, _, tail = (ref or "").rpartition(":")
+    return (head, int(tail)) if tail.isdigit() else (ref or "", 0)
+
+
+def _holds_key(payload: str | None, flow: Flow, key: str) -> bool:
+    """Whether a quarantined payload (a JSON message or a file's CSV line) is of ``key``."""
+    if not payload:
+        return False
+    try:
+        message = json.loads(payload)
+    except ValueError:
+        message = None
+    if isinstance(message, dict):
+        return str(message.get(flow.key)) == key
+    return key in next(csv.reader(io.StringIO(payload)), [])
+
+
+def _version_of(payload: str | None, flow: Flow) -> Any:
+    try:
+        message = json.loads(payload or "")
+    except ValueError:
+        return None
+    return message.get(flow.version) if isinstance(message, dict) else None
+
+
+def trace(flow: Flow, tables: LayerTables, key: str) -> Trace:
+    """The key's deliveries to the layer of ``tables`` (see the module's note)."""
+    layer = tables.layer
+    group_columns = sorted({flow.business_date} | {c for v in flow.views for c in v.group_key})
+    where = [(flow.key, "=", key)]
+    [now] = rows(tables.current, where=where) or [None]
+    history = rows(tables.history, where=where)
+    late = {
+        (r["version"], r["source"])
+        for r in rows(tables.late_events, where=[("flow", "=", flow.name), ("key", "=", key)])
+    }
+    # Receipt order: the apply's clock, then the line of a file or the offset of a partition.
+    history.sort(key=lambda r: (r[APPLIED_AT], _order(r.get(LOG_REF) or r[SOURCE_REF])))
+    events = []
+    for r in history:
+        same_apply = [h for h in history if h[APPLIED_AT] == r[APPLIED_AT]]
+        beaten = any(h[flow.version] > r[flow.version] for h in same_apply)
+        events.append(
+            {
+                "version": r[flow.version],
+                "event_type": r.get("event_type"),
+                "source": r[SOURCE],
+                "source_ref": r.get(LOG_REF) or r[SOURCE_REF],
+                "outcome": SUPERSEDED if beaten else APPLIED,
+                "rule": None,
+                "late": (r[flow.version], r[SOURCE]) in late,
+                "applied_at": r[APPLIED_AT],
+                "current": now is not None
+                and r[flow.version] == now[flow.version]
+                and r[SOURCE] == now[SOURCE],
+                "groups": {} if beaten else {c: r[c] for c in group_columns},
+            }
+        )
+    # (filtered here, not by LIKE, whose escape character a key may hold)
+    refused = rows(tables.quarantine, where=[("flow", "=", flow.name)])
+    for q in sorted(refused, key=lambda q: (q["quarantined_at"], _order(q["source_ref"]))):
+        if _holds_key(q["raw_payload"], flow, key):
+            events.append(
+                {
+                    "version": _version_of(q["raw_payload"], flow),
+                    "event_type": None,
+                    "source": q["source"],
+                    "source_ref": q["source_ref"],
+                    "outcome": QUARANTINED,
+                    "rule": q["rule"],
+                    "late": False,
+                    "applied_at": q["quarantined_at"],
+                    "current": False,
+                    "groups": {},
+                }
+            )
+    current = None
+    if now is not None:
+        current = {
+            "version": now[flow.version],
+            "deleted": bool(now.get(IS_DELETED)),
+            "source": now[SOURCE],
+            "source_ref": now.get(LOG_REF) or now[SOURCE_REF],
+            "applied_at": now[APPLIED_AT],
+        }
+    return Trace(key, layer, current, events)
+
+
+def table_rows(found: Trace) -> list[list[str]]:
+    """The trace as text rows of :data:`COLUMNS` (``applied*``: the current version)."""
+    out = []
+    for e in found.events:
+        outcome = e["outcome"] + ("*" if e["current"] else "")
+        values = {**e, "outcome": outcome, "late": "late" if e["late"] else ""}
+        out.append(["" if values[c] is None else str(values[c]) for c in COLUMNS])
+    return out
