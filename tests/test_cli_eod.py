@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import json
 import subprocess
 from pathlib import Path
 
@@ -86,6 +87,22 @@ def test_generate_load_show_and_a_bad_file(tmp_path: Path) -> None:
         qty = int(f[8]) * (-1 if f[7] == "SELL" else 1)
         expected_net[(f[5], f[6])] = expected_net.get((f[5], f[6]), 0) + qty
     assert {(r["book"], r["instrument"]): int(r["net_quantity"]) for r in rows} == expected_net
+
+    # Where a trade came from, without a JVM: the file's line 2 (line 1 is the header).
+    first = eod_file.read_text().splitlines()[1].split(",")
+    traced = _run(tmp_path, "trace", "--flow", "trades", "--key", first[0])
+    assert traced.returncode == 0, traced.stderr
+    assert f"trades key {first[0]} in the batch layer: current version {first[1]} from " in (
+        traced.stdout
+    )
+    assert f"trades_eod_{DAY}.csv:2" in traced.stdout and "applied*" in traced.stdout
+    as_json = json.loads(_run(tmp_path, "trace", "--flow", "trades", "--key", first[0],
+                              "--format", "json").stdout)  # fmt: skip
+    assert [(e["version"], e["outcome"]) for e in as_json["events"]] == [(int(first[1]), "applied")]
+    nothing = _run(tmp_path, "trace", "--flow", "trades", "--key", "NO-SUCH-TRADE")
+    assert nothing.returncode == 1 and "has received nothing for key 'NO-SUCH-TRADE'" in (
+        nothing.stdout
+    )
 
     # The day's report, without a JVM: a headline, then where the pages are.
     report = _run(tmp_path, "report", "--flow", "trades", "--date", DAY)
