@@ -305,6 +305,27 @@ def test_migration_page_in_the_browser_shows_the_tables_and_promotes_through_the
     assert _shown(browser) == _expected(spark, settings)
     browser.save_screenshot(str(tmp_path / "migration-page-promoted.png"))
 
+    # "Where's my adjustment?": the page's search box traces a key through the layer that
+    # serves now (stream): the first trade of the first day, from its file's line 2.
+    eod = files[DAYS[0]].eod
+    with open(eod, newline="") as handle:
+        first = next(csv.DictReader(handle))
+    form = browser.find_element(By.CSS_SELECTOR, "form.trace")
+    form.find_element(By.NAME, "key").send_keys(first["trade_id"])
+    form.find_element(By.TAG_NAME, "button").click()
+    WebDriverWait(browser, 60).until(
+        lambda d: d.find_element(By.TAG_NAME, "h1").text == f"trades key {first['trade_id']}"
+    )
+    traced = [
+        {td.get_attribute("data-col"): td.text for td in tr.find_elements(By.TAG_NAME, "td")}
+        for tr in browser.find_elements(By.CSS_SELECTOR, "table.trace tbody tr")
+    ]
+    assert [(t["version"], t["source_ref"], t["outcome"]) for t in traced] == [
+        (first["version"], f"{eod}:2", "applied*")
+    ]
+    assert "The stream layer" in browser.find_element(By.CSS_SELECTOR, ".current").text
+    browser.save_screenshot(str(tmp_path / "trace-page.png"))
+
 
 def test_the_assets_page_lists_what_each_flows_eod_publishes(
     airflow_stack, browser, tmp_path

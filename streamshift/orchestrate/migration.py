@@ -10,6 +10,8 @@ server under ``/streamshift``, shown in the UI's navigation as an external view:
   the signed-in user, which records the change with that user as ``changed_by``;
 * ``GET  /streamshift/api/promotions/{run_id}`` — that run's state and, while it waits for a
   second user's approval, the link to Airflow's Required actions where they answer;
+* ``GET  /streamshift/trace?flow=F&key=K[&layer=L]`` — where a key's changes went (the page's
+  search box; ``streamshift trace``), and ``/streamshift/api/flows/{flow}/trace?key=K`` as JSON;
 * ``GET  /streamshift/reports/{flow}/{date}`` — the day's HTML report;
 * ``GET  /streamshift/data_docs/...`` — Great Expectations Data Docs (what the report and the
   page link to).
@@ -27,12 +29,20 @@ name classes local to :func:`create_app`.
 import datetime as dt
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from streamshift.core.formatting import html_cell as _e
 from streamshift.core.formatting import html_table
+
+
+def _q(text: str) -> str:
+    """``text`` as a URL query value."""
+    return urllib.parse.quote(text, safe="")
+
+
 from streamshift.core.heartbeat import read_status
 from streamshift.core.registry import flow_names
 from streamshift.core.settings import Settings, load_settings
@@ -277,6 +287,52 @@ for (const button of document.querySelectorAll('.promote button')) {
 """
 
 
+def _trace(settings: Any, flow: str, key: str, layer: str | None) -> Any:
+    """The key's trace in ``layer``, by default the layer that serves in the flow's stage."""
+    from streamshift.core.catalog import LayerTables
+    from streamshift.core.registry import get_flow
+    from streamshift.core.stages import stage
+    from streamshift.read.control import current_stage
+    from streamshift.read.trace import trace
+
+    if layer not in (None, "batch", "stream"):
+        from fastapi import HTTPException
+
+        raise HTTPException(404, f"unknown layer {layer!r}: batch or stream")
+    spec = get_flow(flow)
+    serves = stage(current_stage(settings, flow)).serves
+    chosen = layer or ("stream" if serves == "stream" else "batch")
+    return trace(spec, LayerTables(settings.warehouse, spec, chosen), key)
+
+
+def render_trace(settings: Any, flow: str, key: str, layer: str | None) -> str:
+    """Where a key's changes went, as a page (``streamshift trace``)."""
+    from streamshift.read.trace import COLUMNS, table_rows
+
+    found = _trace(settings, flow, key, layer)
+    rows = [dict(zip(COLUMNS, r, strict=True)) for r in table_rows(found)]
+    now = found.current
+    state = (
+        "no current version"
+        if now is None
+        else f"current version {now['version']}{' (deleted)' if now['deleted'] else ''}, "
+        f"from {now['source_ref']}"
+    )
+    other = "batch" if found.layer == "stream" else "stream"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>streamshift · trace {_e(key)}</title>
+<style>body {{ font-family: system-ui, sans-serif; margin: 1em 2em; }}
+table {{ border-collapse: collapse; font-size: .85em; }}
+td, th {{ padding: 2px 8px; border-bottom: 1px solid #eee; text-align: left; }}</style></head>
+<body><p><a href="migration">← Migration</a></p>
+<h1>{_e(flow)} key <span class="key">{_e(key)}</span></h1>
+<p class="current">The {_e(found.layer)} layer: {_e(state)}. Every version it received, in the
+order received (<code>applied*</code>: still current).
+<a href="trace?flow={_q(flow)}&amp;key={_q(key)}&amp;layer={other}">The {other} layer</a>.</p>
+{html_table(rows, COLUMNS, "trace")}
+</body></html>"""
+
+
 def render(flows: list[dict[str, Any]], user: str) -> str:
     sections = "".join(_flow_section(s) for s in flows)
     return f"""<!DOCTYPE html>
@@ -294,6 +350,9 @@ td, th {{ padding: 2px 8px; border-bottom: 1px solid #eee; text-align: left; }}
 .refused, .failing {{ color: #a00; }} .running, .awaiting {{ color: #555; }}
 </style></head><body>
 <h1>Migration</h1>
+<form class="trace" action="trace" method="get">Where's my adjustment?
+<select name="flow">{"".join(f"<option>{_e(f['flow'])}</option>" for f in flows)}</select>
+<input name="key" placeholder="a key, e.g. a trade_id" required> <button>Trace</button></form>
 <p>Signed in as <b class="user">{_e(user)}</b>. Each flow's migration stage, the reconciliation
 evidence a promotion needs, and its stream's health. Promotion goes through the same gate as
 <code>streamshift promote</code> and is recorded with your user name.</p>
@@ -368,6 +427,16 @@ def create_app() -> Any:
     @app.get("/migration", response_class=HTMLResponse)
     def page(user: GetUserDep) -> str:
         return render(summaries(load_settings()), user.get_name())
+
+    @app.get("/trace", response_class=HTMLResponse)
+    def trace_page(flow: str, key: str, layer: str | None = None) -> str:
+        return render_trace(load_settings(), known(flow), key, layer)
+
+    @app.get("/api/flows/{flow}/trace")
+    def trace_json(flow: str, key: str, layer: str | None = None) -> JSONResponse:
+        return JSONResponse(
+            jsonable_encoder(_trace(load_settings(), known(flow), key, layer).as_json())
+        )
 
     @app.get("/api/flows")
     def flows() -> JSONResponse:
