@@ -594,8 +594,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def _cmd_status(args: argparse.Namespace) -> int:
     from streamshift.core.heartbeat import read_status
+    from streamshift.spark import engine_answers
 
     settings = load_settings()
+    if not settings.engine:
+        print("engine: none configured (STREAMSHIFT_ENGINE is empty): jobs start their own Spark")
+    elif engine_answers(settings):
+        print(f"engine: answering at {settings.engine}")
+    else:
+        print(
+            f"engine: not answering at {settings.engine}: request-style jobs start their own "
+            "Spark (start it with `streamshift engine up`)"
+        )
     statuses = [
         s for s in read_status(settings.home, settings) if args.flow is None or s.flow == args.flow
     ]

@@ -71,3 +71,15 @@ def test_status_without_any_stream_job(tmp_path: Path) -> None:
     result = _run(tmp_path, "status")
     assert result.returncode == 3
     assert "no streaming job has run here yet" in result.stdout
+    # The warm engine's line first: the suite's engine answers; an address nothing listens on
+    # does not, and the line says what to start (the exit status stays the streams').
+    from streamshift.core.processes import free_port
+    from tests.cli_support import run_cli, test_engine
+
+    if test_engine():
+        assert result.stdout.startswith(f"engine: answering at {test_engine()}\n")
+    silent = f"sc://127.0.0.1:{free_port()}"
+    down = run_cli(tmp_path, "status", engine=silent)
+    assert down.returncode == 3
+    assert down.stdout.startswith(f"engine: not answering at {silent}: ")
+    assert "streamshift engine up" in down.stdout
