@@ -102,6 +102,7 @@ class _Demo:
         self.airflow = airflow
         self.client = airflow.client()
         self.runs = 0
+        self.traced: str | None = None
         # The DAG is paused at creation; the demo's runs are triggered, its schedule's own run
         # (for the latest business day) waits for a file the demo never lands.
         self.client.wait_for_dag(self.dag_id)
@@ -215,14 +216,38 @@ class _Demo:
         return dict(summary)
 
     def promote(self, to: str) -> bool:
-        from streamshift.control.stages import PromotionRefused, promote
+        """Through the gate; into stream or kappa also through the streamshift_promote DAG,
+        where the demo's second user, ``approver``, approves the admin's request (four eyes)."""
+        from streamshift.control.stages import PromotionRefused, check_promotion, promote
+        from streamshift.core.stages import needs_approval
+        from streamshift.local.airflow import APPROVER
+        from streamshift.read.control import current_stage
 
+        name = self.flow.name
         try:
-            change = promote(self.spark, self.settings, self.flow.name, to, by="demo")
+            change = check_promotion(self.settings, name, to)
         except PromotionRefused as refused:
             print(f"  REFUSED: {refused}")
             return False
-        print(f"  promoted: {change.describe()}")
+        if not needs_approval(current_stage(self.settings, name), to):
+            print(
+                f"  promoted: {promote(self.spark, self.settings, name, to, by='demo').describe()}"
+            )
+            return True
+        dag = "streamshift_promote"
+        run_id = self.client.trigger(dag, {"flow": name, "to": to, "reason": "demo"})["dag_run_id"]
+        print(f"  gate open ({change.describe()}); {dag} {run_id} waits for a second user")
+        deadline = time.monotonic() + 600
+        while self.client.task_states(dag, run_id).get("approve") != "awaiting_input":
+            if self.client.run(dag, run_id)["state"] == "failed" or time.monotonic() > deadline:
+                raise RuntimeError(f"{dag} {run_id} asked for no approval: see its task logs")
+            time.sleep(2)
+        print(f"  {APPROVER} approves under Browse → Required actions ({self.airflow.url})")
+        self.airflow.client(APPROVER).respond(dag, run_id, "approve", "Approve")
+        run = self.client.wait_for_run(dag, run_id, timeout=600, progress=False)
+        if run["state"] != "success":
+            raise RuntimeError(f"{dag} {run_id} {run['state']}: see its task logs in the UI")
+        print(f"  promoted: {change.describe()} (approved by {APPROVER})")
         return True
 
     def print_rows(self, df) -> None:  # type: ignore[no-untyped-def]
@@ -427,6 +452,7 @@ class _Demo:
             print(f"streamshift status: {status.describe()}")
         report = self.settings.reports / flow.name / str(d5)
         self.report = (report / "report.html", report / "report.json")  # written by the DAG run
+        self.traced = lost[key]
         self.last_day = d5
 
     def closing_words(self) -> None:
@@ -442,6 +468,8 @@ class _Demo:
             f"--date {self.last_day}"
         )
         print(f"  {env} .venv/bin/streamshift report --flow {flow} --date {DEMO_DATE}")
+        if self.traced is not None:  # where the trade the stream missed came from
+            print(f"  {env} .venv/bin/streamshift trace --flow {flow} --key '{self.traced}'")
         print(f"  {env} .venv/bin/streamshift status")
         print(f"  {env} .venv/bin/streamshift airflow up    # the demo's DAG runs, in the UI")
         print(
