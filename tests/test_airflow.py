@@ -192,7 +192,7 @@ def test_dag_integrity(tmp_path: Path) -> None:
     # expectation, a promotion refused by the gate; a promotion is one deliberate act).
     no_retries = {
         **{f"eod_{f}": ["data_quality"] for f in flows},
-        "streamshift_promote": ["check_gate", "record_promotion"],
+        "streamshift_promote": ["approve", "check_gate", "record_promotion"],
     }
     for dag_id, dag in report["dags"].items():
         assert dag["owner"] == "streamshift", dag_id
