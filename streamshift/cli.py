@@ -782,7 +782,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Reads the Delta tables through deltalake: no Spark, no JVM.",
     )
     p.add_argument("--flow", required=True)
-    p.add_argument("--key", required=True, help="the flow's key, e.g. a trade_id")
+    p.add_argument("--key", required=True, help="a value of the flow's key column")
     p.add_argument(
         "--layer",
         choices=["batch", "stream"],

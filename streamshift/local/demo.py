@@ -468,7 +468,7 @@ class _Demo:
             f"--date {self.last_day}"
         )
         print(f"  {env} .venv/bin/streamshift report --flow {flow} --date {DEMO_DATE}")
-        if self.traced is not None:  # where the trade the stream missed came from
+        if self.traced is not None:  # where the row the stream missed came from
             print(f"  {env} .venv/bin/streamshift trace --flow {flow} --key '{self.traced}'")
         print(f"  {env} .venv/bin/streamshift status")
         print(f"  {env} .venv/bin/streamshift airflow up    # the demo's DAG runs, in the UI")

@@ -352,7 +352,7 @@ td, th {{ padding: 2px 8px; border-bottom: 1px solid #eee; text-align: left; }}
 <h1>Migration</h1>
 <form class="trace" action="trace" method="get">Where's my adjustment?
 <select name="flow">{"".join(f"<option>{_e(f['flow'])}</option>" for f in flows)}</select>
-<input name="key" placeholder="a key, e.g. a trade_id" required> <button>Trace</button></form>
+<input name="key" placeholder="a key" required> <button>Trace</button></form>
 <p>Signed in as <b class="user">{_e(user)}</b>. Each flow's migration stage, the reconciliation
 evidence a promotion needs, and its stream's health. Promotion goes through the same gate as
 <code>streamshift promote</code> and is recorded with your user name.</p>
