@@ -26,7 +26,7 @@ from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support import expected_conditions as EC
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from flows.trades import FLOW
 from flows.trades.generate import generate_day
@@ -311,6 +311,7 @@ def test_migration_page_in_the_browser_shows_the_tables_and_promotes_through_the
     with open(eod, newline="") as handle:
         first = next(csv.DictReader(handle))
     form = browser.find_element(By.CSS_SELECTOR, "form.trace")
+    Select(form.find_element(By.NAME, "flow")).select_by_visible_text(FLOW.name)
     form.find_element(By.NAME, "key").send_keys(first["trade_id"])
     form.find_element(By.TAG_NAME, "button").click()
     WebDriverWait(browser, 60).until(
