@@ -427,6 +427,8 @@ def _cmd_promote(args: argparse.Namespace) -> int:
 
 def _request_approval(settings, request) -> int:  # type: ignore[no-untyped-def]
     """Start the ``streamshift_promote`` run that waits for a second user's approval."""
+    from urllib.parse import quote
+
     from streamshift.local.airflow import USER, LocalAirflow
     from streamshift.orchestrate.approval import approvers
 
@@ -444,7 +446,8 @@ def _request_approval(settings, request) -> int:  # type: ignore[no-untyped-def]
     print(f"promotion of {request.flow} to {request.to} requested as {USER}: run {run_id}")
     print(
         f"it waits for {who} to approve under Browse → Required actions: "
-        f"{airflow.url}/dags/streamshift_promote/runs/{run_id}/tasks/approve/required_actions"
+        f"{airflow.url}/dags/streamshift_promote/runs/{quote(run_id, safe='')}/tasks/approve/"
+        "required_actions"
     )
     return 0
 

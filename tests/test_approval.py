@@ -66,3 +66,38 @@ def test_an_unanswered_promotion_is_a_recorded_rejection_and_a_retry_records_it_
         "operator",
     )
     assert current_stage(settings, "trades") == "shadow"
+
+
+def test_the_cli_asks_airflow_for_the_approval_and_says_so_when_it_is_not_running(
+    spark, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """`streamshift promote --to stream` with the gate open needs the promote DAG's approval:
+    with no Airflow running it changes nothing and says what to start (or the break-glass); a
+    closed gate is refused first, in the gate's words."""
+    from flows.trades import FLOW
+    from flows.trades.generate import generate_day
+    from streamshift.control.stages import promote
+    from streamshift.jobs.eod import run_eod
+    from streamshift.jobs.reconcile import reconcile_date
+    from streamshift.read.control import current_stage
+    from streamshift.write.target import Target
+    from tests.cli_support import LOCAL_SPARK, run_cli
+
+    settings = load_settings({}, home=tmp_path, spark_master="local[2]", promotion_window=1)
+    promote(spark, settings, "trades", "shadow", by="test")
+    closed = run_cli(tmp_path, "promote", "--flow", "trades", "--to", "stream",
+                     promotion_window="1", **LOCAL_SPARK)  # fmt: skip
+    assert closed.returncode == 2 and "only 0 of the 1 business dates" in closed.stderr
+
+    day = dt.date(2026, 11, 20)
+    eod = generate_day(day, 20, tmp_path / "files", seed=3, progress=False).eod
+    for layer in ("batch", "stream"):
+        run_eod(spark, Target.open(spark, settings, FLOW, layer), day, eod)
+    [parity] = reconcile_date(spark, settings, FLOW, day)
+    assert parity.clean
+    asked = run_cli(tmp_path, "promote", "--flow", "trades", "--to", "stream",
+                    promotion_window="1", airflow_port="1", **LOCAL_SPARK)  # fmt: skip
+    assert asked.returncode == 2, asked.stderr
+    assert "waits for a second user's approval in Airflow, which is not running" in asked.stderr
+    assert "streamshift airflow up" in asked.stderr and "--force --reason" in asked.stderr
+    assert current_stage(settings, "trades") == "shadow"
