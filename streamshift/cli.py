@@ -216,14 +216,11 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     from streamshift.core.catalog import LayerTables
     from streamshift.core.formatting import format_table
     from streamshift.core.registry import get_flow
-    from streamshift.core.stages import stage
-    from streamshift.read.control import current_stage
-    from streamshift.read.trace import COLUMNS, table_rows, trace
+    from streamshift.read.trace import COLUMNS, default_layer, table_rows, trace
 
     _known_flow(args.flow)
     settings, flow = load_settings(), get_flow(args.flow)
-    serves = stage(current_stage(settings, flow.name)).serves
-    layer = args.layer or ("stream" if serves == "stream" else "batch")
+    layer = args.layer or default_layer(settings, flow.name)
     found = trace(flow, LayerTables(settings.warehouse, flow, layer), args.key)
     if args.format == "json":
         print(json.dumps(found.as_json(), default=str, indent=2))

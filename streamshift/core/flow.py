@@ -160,5 +160,10 @@ class Flow:
         raise KeyError(f"flow {self.name} has no view {name!r} (views: {known})")
 
     @property
+    def group_columns(self) -> list[str]:
+        """The columns that name a group of any of the flow's views, and the business date."""
+        return sorted({self.business_date} | {c for v in self.views for c in v.group_key})
+
+    @property
     def partition_column(self) -> str:
         return self.business_date

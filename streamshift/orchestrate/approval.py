@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator, HITLOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from streamshift.core.requests import JobRequest, PromoteRequest
+
+if TYPE_CHECKING:
+    from streamshift.core.settings import Settings
 
 
 def _request(context: Any, source: str) -> PromoteRequest:
@@ -37,10 +40,9 @@ def approvers(configured: str, requester: str | None) -> list[str]:
     return [n for n in dict.fromkeys(names) if n != requester]
 
 
-def evidence_markdown(request: PromoteRequest, now: str) -> str:
+def evidence_markdown(settings: Settings, request: PromoteRequest, now: str) -> str:
     """What the approver reads: the move, who asks and why, and the gate's evidence."""
     from streamshift.control.stages import promotion_evidence
-    from streamshift.core.settings import load_settings
 
     asks = f"**{request.by}** asks to promote **{request.flow}** from stage **{now}** to "
     lines = [f"{asks}**{request.to}**.", ""]
@@ -48,7 +50,7 @@ def evidence_markdown(request: PromoteRequest, now: str) -> str:
         lines += [f"FORCED past the gate: {request.reason}", ""]
     elif request.reason:
         lines += [f"Reason: {request.reason}", ""]
-    evidence = promotion_evidence(load_settings(), request.flow, request.to)
+    evidence = promotion_evidence(settings, request.flow, request.to)
     kind = f"{evidence.describe_kind()}, reconciled in stage {evidence.made_in}"
     lines += [
         f"Evidence ({kind}; the gate needs the last {evidence.window} clean):",
@@ -100,7 +102,7 @@ class PromotionApproval(ApprovalOperator):
             )
         self.assigned_users = [{"id": name, "name": name} for name in who]
         self.subject = f"Promote {request.flow} from {now} to {request.to}?"
-        self.body = evidence_markdown(request, now)
+        self.body = evidence_markdown(settings, request, now)
         self.response_timeout = dt.timedelta(minutes=settings.approval_timeout_minutes)
         self.log.info(
             "waiting for %s to approve (Browse → Required actions); rejected after %s",

@@ -291,17 +291,14 @@ def _trace(settings: Any, flow: str, key: str, layer: str | None) -> Any:
     """The key's trace in ``layer``, by default the layer that serves in the flow's stage."""
     from streamshift.core.catalog import LayerTables
     from streamshift.core.registry import get_flow
-    from streamshift.core.stages import stage
-    from streamshift.read.control import current_stage
-    from streamshift.read.trace import trace
+    from streamshift.read.trace import default_layer, trace
 
     if layer not in (None, "batch", "stream"):
         from fastapi import HTTPException
 
         raise HTTPException(404, f"unknown layer {layer!r}: batch or stream")
     spec = get_flow(flow)
-    serves = stage(current_stage(settings, flow)).serves
-    chosen = layer or ("stream" if serves == "stream" else "batch")
+    chosen = layer or default_layer(settings, flow)
     return trace(spec, LayerTables(settings.warehouse, spec, chosen), key)
 
 

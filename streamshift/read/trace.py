@@ -28,6 +28,7 @@ from streamshift.read.tables import rows
 if TYPE_CHECKING:
     from streamshift.core.catalog import LayerTables
     from streamshift.core.flow import Flow
+    from streamshift.core.settings import Settings
 
 APPLIED, SUPERSEDED, QUARANTINED = "applied", "superseded", "quarantined"
 COLUMNS = ["version", "event_type", "source", "source_ref", "outcome", "rule", "late", "applied_at"]
@@ -76,10 +77,19 @@ def _version_of(payload: str | None, flow: Flow) -> Any:
     return message.get(flow.version) if isinstance(message, dict) else None
 
 
+def default_layer(settings: Settings, flow: str) -> str:
+    """The layer a trace reads unless told: the one serving readers in the flow's stage (the
+    batch layer in shadow, where closed dates are served from it)."""
+    from streamshift.core.stages import stage
+    from streamshift.read.control import current_stage
+
+    return "stream" if stage(current_stage(settings, flow)).serves == "stream" else "batch"
+
+
 def trace(flow: Flow, tables: LayerTables, key: str) -> Trace:
     """The key's deliveries to the layer of ``tables`` (see the module's note)."""
     layer = tables.layer
-    group_columns = sorted({flow.business_date} | {c for v in flow.views for c in v.group_key})
+    group_columns = flow.group_columns
     where = [(flow.key, "=", key)]
     [now] = rows(tables.current, where=where) or [None]
     history = rows(tables.history, where=where)

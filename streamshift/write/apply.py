@@ -268,7 +268,7 @@ def _apply_once(
         counts = (
             checked.groupBy(
                 rule.alias("rule"),
-                *(F.when(rule.isNull(), F.col(c)).alias(c) for c in _group_columns(flow)),
+                *(F.when(rule.isNull(), F.col(c)).alias(c) for c in flow.group_columns),
             )
             .agg(
                 F.count(F.lit(1)).alias("count"),
@@ -389,7 +389,7 @@ def _apply_accepted(
     """
     tables = target.tables
     key, version, bd = flow.key, flow.version, flow.business_date
-    group_columns = _group_columns(flow)
+    group_columns = flow.group_columns
     small = result.accepted < PRUNE_KEYS_BELOW
     plans = ExitStack()
     # Both read the apply's persisted frame: no shuffle of their own.
@@ -622,11 +622,6 @@ class _Steps:
     def wait(self, *names: str) -> None:
         for name in names:
             self._futures[name].result()
-
-
-def _group_columns(flow: Flow) -> list[str]:
-    """The columns that name a group of any of the flow's views, and the business date."""
-    return sorted({flow.business_date} | {c for v in flow.views for c in v.group_key})
 
 
 def _within(column: str, key_range: tuple[object, object], alias: str = "") -> Sql:
