@@ -105,12 +105,12 @@ def test_two_writers_and_the_stream_supervisor(spark, kafka_settings, tmp_path: 
         current_path = LayerTables(settings.warehouse, FLOW, "stream").current
 
         def feed() -> None:
-            produce_rows(settings, FLOW, day_events, topic=topic, rate=5, progress=False)
+            produce_rows(settings, FLOW, day_events, topic=topic, rate=15, progress=False)
             deadline = time.monotonic() + 900
             while not rows(current_path, ["trade_id"], [("_source", "=", "eod_correction")]):
                 assert time.monotonic() < deadline, "the correction never committed"
                 time.sleep(1)
-            produce_rows(settings, FLOW, corrections, topic=topic, rate=5, progress=False)
+            produce_rows(settings, FLOW, corrections, topic=topic, rate=15, progress=False)
 
         producer = threading.Thread(target=feed)
         _wait_processed(settings, topic, 0, job.pid, timeout=180)  # the query is up

@@ -1,10 +1,14 @@
-"""The stream-first destination on real Kafka, Spark and Delta, for every flow: in stage stream
+"""The stream-first destination on real Kafka, Spark and Delta: in stage stream
 the EOD file's reconciliation closes the day, a replacement cancels what the whole-day file
 lacks, and late events after the close are recorded and reconcile as late, not as breaks; in
 stage kappa a day closes at its cut-off only once the stream has committed the offsets the
 topic held then, and later events for it are late.
 
 Oracles come from the input files: the whole-day file says which keys live at which version.
+
+The steps are the kit's, whatever the flow: they run on the trades flow, the one whose view
+``serve`` keeps. Every flow's road to stage stream, its EOD correction through the log
+included, is test_migration's (once per flow).
 """
 
 from __future__ import annotations
@@ -57,10 +61,9 @@ def _forced_to(spark, settings, flow: str, stage: str) -> None:  # type: ignore[
         promote(spark, settings, flow, step, force=True, reason="test set-up", by="test")
 
 
-def test_stage_stream_closes_replaces_and_takes_late_data(
-    spark, kafka_settings, any_flow, tmp_path
-) -> None:  # type: ignore[no-untyped-def]
-    FLOW = any_flow
+def test_stage_stream_closes_replaces_and_takes_late_data(spark, kafka_settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from flows.trades import FLOW
+
     settings = isolated(kafka_settings, tmp_path / "home", promotion_window=1)
     topic = new_topic(FLOW.name)
     day = TODAY - dt.timedelta(days=1)
@@ -160,10 +163,8 @@ def test_stage_stream_closes_replaces_and_takes_late_data(
     stored = [c for c in read(spark, stream.tables.current).columns if not c.startswith("_")]
     assert _rows(spark, batch, stored) == _rows(spark, stream, stored)
 
-    # `serve` sees every correction and cancel too: its compacted topic holds the Delta view
-    # (serve keeps views declared by additive measures; the others are read from Delta).
-    if not positions.measures:
-        return
+    # `serve` sees every correction and cancel too: its compacted topic holds the Delta view.
+    assert positions.measures, "serve keeps views declared by additive measures"
     done = run_cli(
         tmp_path / "serve-home",
         *("serve", "--flow", FLOW.name, "--topic", topic, "--available-now"),

@@ -66,7 +66,7 @@ def test_sigkill_at_random_points_then_sigterm_ends_in_the_oracle_state(  # type
     rng = random.Random(17)
 
     kills = 0
-    while kills < 3:
+    while kills < 2:
         job = _start(settings.home, bootstrap, topic, log)
         # Wait until the query runs, then kill at a random point of its batches.
         deadline = time.monotonic() + 180
