@@ -212,6 +212,65 @@ def _cmd_eod(args: argparse.Namespace) -> int:
     )
 
 
+def _serving_layer_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--layer",
+        choices=["batch", "stream"],
+        help="default: the layer that serves readers in the flow's stage (batch in shadow)",
+    )
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from streamshift.core.catalog import LayerTables
+    from streamshift.core.formatting import format_table
+    from streamshift.core.registry import get_flow
+    from streamshift.read import explain as ex
+    from streamshift.read.trace import default_layer
+
+    _known_flow(args.flow)
+    settings, flow = load_settings(), get_flow(args.flow)
+    try:
+        view = flow.view(args.view) if args.view else flow.views[0]
+    except KeyError as e:
+        raise UserError(str(e.args[0])) from None
+    layer = args.layer or default_layer(settings, flow.name)
+    try:
+        group = ex.parse_group(view, flow.business_date, args.group)
+        found = ex.explain(
+            flow,
+            LayerTables(settings.warehouse, flow, layer),
+            view.name,
+            args.date,
+            group,
+            changes=args.changes,
+            skip=args.skip,
+        )
+    except ex.ExplainError as e:
+        raise UserError(str(e)) from None
+    if args.format == "json":
+        print(json.dumps(found.as_json(), default=str, indent=2))
+        return 0 if found.row or found.changes_total else 1
+    named = ", ".join(f"{k}={v}" for k, v in found.group.items())
+    if found.row is None and not found.changes_total:
+        print(
+            f"{flow.name}: view {view.name} of the {layer} layer has no row {named} and no "
+            f"change ever touched it; check the values (streamshift show --flow {flow.name} "
+            f"--view {view.name} --layer {layer}), or --layer "
+            f"{'batch' if layer == 'stream' else 'stream'}"
+        )
+        return 1
+    state = "no row now (every member left)" if found.row is None else "its row:"
+    print(f"{flow.name} view {view.name}, {layer} layer, {named}: {state}")
+    for line in ex.measure_lines(found):
+        print(f"  {line}")
+    print(f"\nmembers ({len(found.members)} live keys):")
+    sys.stdout.write(format_table(ex.MEMBER_COLUMNS, ex.member_rows(found)))
+    shown = f"{args.skip + 1}-{args.skip + len(found.changes)} of {found.changes_total}"
+    print(f"\nchanges that moved it, newest first ({shown}; --changes/--skip page them):")
+    sys.stdout.write(format_table(ex.CHANGE_COLUMNS, ex.change_rows(found)))
+    return 0
+
+
 def _cmd_trace(args: argparse.Namespace) -> int:
     from streamshift.core.catalog import LayerTables
     from streamshift.core.formatting import format_table
@@ -783,13 +842,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--flow", required=True)
     p.add_argument("--key", required=True, help="a value of the flow's key column")
-    p.add_argument(
-        "--layer",
-        choices=["batch", "stream"],
-        help="default: the layer that serves readers in the flow's stage (batch in shadow)",
-    )
+    _serving_layer_argument(p)
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.set_defaults(handler=_cmd_trace)
+
+    p = sub.add_parser(
+        "explain",
+        help="why a view's row is what it is: its members and the changes that moved it",
+        description="One group of a view on one date: the row, how each measure comes from "
+        "the group's members (sums and counts add up their contributions; a minimum or "
+        "maximum names the member setting it; a mean gives its sum and count), the live keys "
+        "in it with their versions and source_ref, and the applied versions that moved it, "
+        "newest first, each with its delta. Reads the Delta tables through deltalake: no "
+        "Spark, no JVM.",
+    )
+    p.add_argument("--flow", required=True)
+    p.add_argument("--view", help="default: the flow's first view")
+    p.add_argument("--date", required=True, type=_date, help="the business date, YYYY-MM-DD")
+    p.add_argument(
+        "--group",
+        required=True,
+        help="the group's other columns, col=value,... (e.g. book=EQ-1,instrument=AAPL)",
+    )
+    _serving_layer_argument(p)
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.add_argument("--changes", type=int, default=20, help="at most this many changes (0: all)")
+    p.add_argument("--skip", type=int, default=0, help="skip the newest N changes (paging)")
+    p.set_defaults(handler=_cmd_explain)
 
     p = sub.add_parser(
         "generate",

@@ -164,7 +164,7 @@ def test_stage_stream_closes_replaces_and_takes_late_data(spark, kafka_settings,
     assert _rows(spark, batch, stored) == _rows(spark, stream, stored)
 
     # `serve` sees every correction and cancel too: its compacted topic holds the Delta view.
-    assert positions.measures, "serve keeps views declared by additive measures"
+    assert positions.is_additive, "serve keeps views declared by additive measures"
     done = run_cli(
         tmp_path / "serve-home",
         *("serve", "--flow", FLOW.name, "--topic", topic, "--available-now"),

@@ -27,7 +27,18 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from streamshift.core.flow import Flow, Reference, ReferenceTable, Rule, View
+from streamshift.core.flow import (
+    COUNT,
+    MAX,
+    MIN,
+    Flow,
+    Measure,
+    Reference,
+    ReferenceTable,
+    Rule,
+    View,
+)
+from streamshift.core.flow import MEAN as MEAN_KIND
 
 REFERENCE_DIR = Path(__file__).parent / "reference"
 VALUE = DecimalType(12, 3)
@@ -87,14 +98,18 @@ def prepare(df: DataFrame, reference: Reference) -> DataFrame:
 HOURLY_KEY = ("business_date", "device_id", "hour")
 
 
-def hourly(current: DataFrame) -> DataFrame:
-    """Per device and hour over live readings: count, minimum, maximum and mean."""
-    return current.groupBy(*HOURLY_KEY).agg(
-        F.count(F.lit(1)).cast(LongType()).alias("readings"),
-        F.min("value").alias("min_value"),
-        F.max("value").alias("max_value"),
-        F.avg("value").cast(MEAN).alias("mean_value"),
-    )
+# Per device and hour over live readings: count, minimum, maximum and mean.
+HOURLY = View.of_measures(
+    "hourly",
+    HOURLY_KEY,
+    (
+        Measure("readings", LongType(), kind=COUNT),
+        Measure("min_value", VALUE, "value", kind=MIN),
+        Measure("max_value", VALUE, "value", kind=MAX),
+        Measure("mean_value", MEAN, "value", kind=MEAN_KIND),
+    ),
+    tolerances={"mean_value": 0.001},
+)
 
 
 FLOW = Flow(
@@ -107,7 +122,7 @@ FLOW = Flow(
     business_date="business_date",
     rules=RULES,
     prepare=prepare,
-    views=(View("hourly", HOURLY_KEY, hourly, tolerances={"mean_value": 0.001}),),
+    views=(HOURLY,),
     reference=(
         ReferenceTable(
             "devices",

@@ -28,28 +28,52 @@ class Rule:
     description: str = ""
 
 
+SUM, COUNT, MIN, MAX, MEAN = "sum", "count", "min", "max", "mean"
+MEASURE_KINDS = (SUM, COUNT, MIN, MAX, MEAN)
+ADDITIVE_KINDS = (SUM, COUNT)
+
+
 @dataclass(frozen=True)
 class Measure:
-    """One column of an additive view: the sum of ``column`` (or, without one, the count of
-    rows), rounded half-up to ``scale`` decimals when given, then cast to ``data_type``.
+    """One column of a view: an aggregate of ``column`` over a group's live rows, by ``kind``
+    (``sum``, ``count`` of rows, ``min``, ``max``, ``mean``; without a kind, the sum of
+    ``column`` or, without one, the count), rounded half-up to ``scale`` decimals when given,
+    then cast to ``data_type``. ``streamshift explain`` reads the kind to say how each member
+    of a group makes its value.
 
-    Sums and counts move by signed deltas (a row's old contribution out, its new one in), so
-    a view made only of measures can also be kept incrementally (``streamshift serve``).
-    Integer and decimal sums kept that way are exact, so they equal the Delta view's. A sum of a
-    floating-point column is not: its running total rounds at every move, and Spark's own sum
-    rounds in whatever order the rows come, so the two agree within rounding, not bit for bit;
-    sum a decimal column for exact serving.
+    Sums and counts are *additive*: they move by signed deltas (a row's old contribution out,
+    its new one in), so a view made only of them can also be kept incrementally
+    (``streamshift serve``). Integer and decimal sums kept that way are exact, so they equal
+    the Delta view's. A sum of a floating-point column is not: its running total rounds at
+    every move, and Spark's own sum rounds in whatever order the rows come, so the two agree
+    within rounding, not bit for bit; sum a decimal column for exact serving.
     """
 
     name: str
     data_type: DataType
     column: str | None = None
     scale: int | None = None
+    kind: str = ""
+
+    def __post_init__(self) -> None:
+        kind = self.kind or (COUNT if self.column is None else SUM)
+        if kind not in MEASURE_KINDS:
+            raise ValueError(f"measure {self.name}: kind {kind!r} is not one of {MEASURE_KINDS}")
+        if kind != COUNT and self.column is None:
+            raise ValueError(f"measure {self.name}: a {kind} needs a column")
+        object.__setattr__(self, "kind", kind)
+
+    @property
+    def additive(self) -> bool:
+        return self.kind in ADDITIVE_KINDS
 
     def aggregate(self) -> Column:
         from pyspark.sql import functions as F
 
-        value = F.count(F.lit(1)) if self.column is None else F.sum(self.column)
+        if self.kind == COUNT:
+            value = F.count(F.lit(1))
+        else:
+            value = {SUM: F.sum, MIN: F.min, MAX: F.max, MEAN: F.avg}[self.kind](self.column)
         if self.scale is not None:
             value = F.round(value, self.scale)
         return value.cast(self.data_type).alias(self.name)
@@ -64,8 +88,24 @@ class View:
     compute: Callable[[DataFrame], DataFrame]
     # Per-column reconciliation tolerance (absolute); columns not listed must match exactly.
     tolerances: Mapping[str, float] = field(default_factory=dict)
-    # Set when the view is made only of additive measures (``View.additive``).
+    # Set when the view is declared by its measures (``View.of_measures``).
     measures: tuple[Measure, ...] = ()
+
+    @classmethod
+    def of_measures(
+        cls,
+        name: str,
+        group_key: tuple[str, ...],
+        measures: tuple[Measure, ...],
+        tolerances: Mapping[str, float] | None = None,
+    ) -> View:
+        """A view declared by its measures: batch, stream, ``explain`` (and, when every
+        measure is additive, ``serve``) all derive from them."""
+
+        def compute(current: DataFrame) -> DataFrame:
+            return current.groupBy(*group_key).agg(*(m.aggregate() for m in measures))
+
+        return cls(name, group_key, compute, dict(tolerances or {}), tuple(measures))
 
     @classmethod
     def additive(
@@ -75,12 +115,16 @@ class View:
         measures: tuple[Measure, ...],
         tolerances: Mapping[str, float] | None = None,
     ) -> View:
-        """A view declared by its measures: batch, stream and serving all derive from them."""
+        """A view of sums and counts only (refuses another kind): ``serve`` can keep it."""
+        other = [m.name for m in measures if not m.additive]
+        if other:
+            raise ValueError(f"view {name}: measures {other} are not sums or counts")
+        return cls.of_measures(name, group_key, measures, tolerances)
 
-        def compute(current: DataFrame) -> DataFrame:
-            return current.groupBy(*group_key).agg(*(m.aggregate() for m in measures))
-
-        return cls(name, group_key, compute, dict(tolerances or {}), tuple(measures))
+    @property
+    def is_additive(self) -> bool:
+        """Declared by measures, every one a sum or a count (what ``serve`` keeps)."""
+        return bool(self.measures) and all(m.additive for m in self.measures)
 
 
 @dataclass(frozen=True)

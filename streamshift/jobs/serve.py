@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from streamshift.core import heartbeat
 from streamshift.core.contract import FAILED, IS_DELETED, SOURCE_REF
 from streamshift.core.errors import StreamshiftError
-from streamshift.core.flow import Flow, View
+from streamshift.core.flow import SUM, Flow, View
 from streamshift.core.processes import process_start
 from streamshift.core.settings import Settings
 from streamshift.sources.events import TRANSPORT_COLUMNS, serving_topic, topic_for
@@ -65,7 +65,7 @@ class ServeError(StreamshiftError):
 def additive_view(flow: Flow, view_name: str | None) -> View:
     """The view to serve; refuses one that is not declared by additive measures."""
     view = flow.view(view_name) if view_name else flow.views[0]
-    if not view.measures:
+    if not view.is_additive:
         raise ServeError(
             f"view {view.name} of flow {flow.name} is not declared by additive measures, so it "
             "cannot be kept incrementally; declare it with View.additive(...) (sums and counts "
@@ -205,7 +205,7 @@ def _sum_type(data_type: DataType) -> str:
 def state_spec(flow: Flow, view: View, schema: StructType) -> dict[str, Any]:
     """The processor's plain-data description of ``view`` over rows of ``schema``: state and
     output layouts, the summed columns and how each measure is finished."""
-    sums = [m for m in view.measures if m.column is not None]
+    sums = [m for m in view.measures if m.kind == SUM]
 
     def ddl(name: str) -> str:
         return schema[name].dataType.simpleString()

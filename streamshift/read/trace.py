@@ -56,6 +56,12 @@ def _order(ref: str | None) -> tuple[str, int]:
     return (head, int(tail)) if tail.isdigit() else (ref or "", 0)
 
 
+def receipt_order(r: dict[str, Any]) -> tuple[Any, tuple[str, int]]:
+    """The order a layer received history rows in: the apply's clock, then the line of a file
+    or the offset of a partition."""
+    return (r[APPLIED_AT], _order(r.get(LOG_REF) or r[SOURCE_REF]))
+
+
 def _holds_key(payload: str | None, flow: Flow, key: str) -> bool:
     """Whether a quarantined payload (a JSON message or a file's CSV line) is of ``key``."""
     if not payload:
@@ -97,8 +103,7 @@ def trace(flow: Flow, tables: LayerTables, key: str) -> Trace:
         (r["version"], r["source"])
         for r in rows(tables.late_events, where=[("flow", "=", flow.name), ("key", "=", key)])
     }
-    # Receipt order: the apply's clock, then the line of a file or the offset of a partition.
-    history.sort(key=lambda r: (r[APPLIED_AT], _order(r.get(LOG_REF) or r[SOURCE_REF])))
+    history.sort(key=receipt_order)
     events = []
     for r in history:
         same_apply = [h for h in history if h[APPLIED_AT] == r[APPLIED_AT]]
