@@ -220,6 +220,31 @@ def test_migration_page_in_the_browser_shows_the_tables_and_promotes_through_the
     assert browser.find_element(By.CSS_SELECTOR, ".verdict").text == f"{last_breaks} breaks"
     browser.save_screenshot(str(tmp_path / "report-from-the-page.png"))
 
+    # Every break links to its explanation: the broken group's members in the batch layer
+    # (which serves closed dates in shadow) hold a trade the stream missed; the stream layer's
+    # members of the same group do not.
+    _login_and_open(browser, airflow)
+    section = browser.find_element(By.CSS_SELECTOR, "section.flow[data-flow='trades']")
+    link = section.find_element(By.CSS_SELECTOR, "table.worst td[data-col='key'] a")
+    group = json.loads(link.text)
+    link.click()
+
+    def members(d):  # type: ignore[no-untyped-def]
+        cells = d.find_elements(By.CSS_SELECTOR, "table.members td[data-col='key']")
+        return {c.text for c in cells}
+
+    WebDriverWait(browser, 60).until(lambda d: d.find_element(By.CSS_SELECTOR, "h1 .group"))
+    heading = browser.find_element(By.TAG_NAME, "h1").text
+    assert f"book={group['book']}" in heading and f"instrument={group['instrument']}" in heading
+    in_batch = members(browser)
+    assert in_batch & missed, (in_batch, missed)
+    browser.save_screenshot(str(tmp_path / "explain-page.png"))
+    browser.find_element(By.LINK_TEXT, "The stream layer").click()
+    WebDriverWait(browser, 60).until(
+        lambda d: d.find_element(By.CSS_SELECTOR, "p.layer").text.startswith("The stream layer:")
+    )
+    assert members(browser) == in_batch - missed
+
     # Promotion to stream: the gate says no (the last day has breaks), in the CLI's words.
     cli = _cli(settings, "promote", "--flow", "trades", "--to", "stream")
     assert cli.returncode != 0 and "refused" in cli.stderr

@@ -129,6 +129,21 @@ def test_explain_names_the_members_and_every_change_that_moved_a_group(spark, tm
     wrong = run_cli(home, *args, "--group", f"book={B1}")
     assert wrong.returncode == 2 and "missing: instrument" in wrong.stderr
 
+    # The Migration page's explanation (what a break links to): the same members, each linking
+    # to its trace.
+    from streamshift.core.settings import load_settings
+    from streamshift.orchestrate.migration import break_link, render_explain
+
+    link = break_link("trades", DAY, json.dumps({"business_date": str(DAY), "book": B1,
+                                                  "instrument": X}))  # fmt: skip
+    assert link == (f"explain?flow=trades&view=positions&date={DAY}"
+                    f"&group=book%3D{B1}%2Cinstrument%3D{X}")  # fmt: skip
+    assert break_link("trades", DAY, '{"trade_id": "t1"}') == "trace?flow=trades&key=t1"
+    page = render_explain(load_settings({}, home=home), "trades", "positions", str(DAY),
+                          f"book={B1},instrument={X}", "batch")  # fmt: skip
+    for key in _oracle(B1)[0]:
+        assert f"<a href='trace?flow=trades&amp;key={key}&amp;layer=batch'>{key}</a>" in page
+
 
 def test_explain_names_the_member_setting_a_minimum_and_a_means_parts(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
     flow = get_flow("telemetry")

@@ -38,17 +38,27 @@ def html_cell(value: object) -> str:
     return html.escape(cell(value))
 
 
-def html_table(rows: Sequence[Mapping[str, object]], columns: Sequence[str], cls: str = "") -> str:
+def html_table(
+    rows: Sequence[Mapping[str, object]],
+    columns: Sequence[str],
+    cls: str = "",
+    links: Mapping[str, str] | None = None,
+) -> str:
     """Rows as an HTML table of ``columns`` (each cell through :func:`html_cell`, marked with
-    its column); a "none" paragraph when there are no rows."""
+    its column); a "none" paragraph when there are no rows. ``links``: column → the row's
+    field holding the address that column's cell links to (no link where it is empty)."""
     e = html_cell
     if not rows:
         return f"<p class='{e(('none ' + cls).strip())}'>none</p>"
+    links = links or {}
+
+    def td(r: Mapping[str, object], c: str) -> str:
+        href = r.get(links[c]) if c in links else None
+        text = f"<a href='{e(href)}'>{e(r.get(c))}</a>" if href else e(r.get(c))
+        return f"<td data-col='{e(c)}'>{text}</td>"
+
     head = "".join(f"<th>{e(c)}</th>" for c in columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td data-col='{e(c)}'>{e(r.get(c))}</td>" for c in columns) + "</tr>"
-        for r in rows
-    )
+    body = "".join("<tr>" + "".join(td(r, c) for c in columns) + "</tr>" for r in rows)
     table = f"<table class='{e(cls)}'>" if cls else "<table>"
     return f"{table}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 

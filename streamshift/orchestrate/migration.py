@@ -12,6 +12,10 @@ server under ``/streamshift``, shown in the UI's navigation as an external view:
   second user's approval, the link to Airflow's Required actions where they answer;
 * ``GET  /streamshift/trace?flow=F&key=K[&layer=L]`` — where a key's changes went (the page's
   search box; ``streamshift trace``), and ``/streamshift/api/flows/{flow}/trace?key=K`` as JSON;
+* ``GET  /streamshift/explain?flow=F&view=V&date=D&group=c=v,...[&layer=L]`` — why a view row
+  is what it is (``streamshift explain``; every break the page shows links to its explanation,
+  or to the key's trace for a break of the EOD file), and ``/streamshift/api/flows/{flow}/explain``
+  as JSON;
 * ``GET  /streamshift/reports/{flow}/{date}`` — the day's HTML report;
 * ``GET  /streamshift/data_docs/...`` — Great Expectations Data Docs (what the report and the
   page link to).
@@ -92,11 +96,12 @@ def flow_summary(settings: Settings, flow: str) -> dict[str, Any]:
     if latest:
         last_day = max(r["business_date"] for r in latest)
         runs = [r for r in latest if r["business_date"] == last_day]
+        worst = breaks_of(settings, flow, last_day, [r["run_id"] for r in runs], WORST)
         last = {
             "business_date": last_day,
             "breaks": sum(int(r["breaks"]) for r in runs),
             "runs": runs,
-            "worst": breaks_of(settings, flow, last_day, [r["run_id"] for r in runs], WORST),
+            "worst": [{**b, "why": break_link(flow, last_day, b["key"])} for b in worst],
             "report": report(last_day),
         }
     checks = quality_results(settings, flow)
@@ -156,6 +161,30 @@ def summaries(settings: Settings) -> list[dict[str, Any]]:
     return [flow_summary(settings, flow) for flow in flow_names()]
 
 
+def break_link(flow: str, day: dt.date, key: str) -> str | None:
+    """Where a break is explained: a view group's explanation, or a key's trace for a break
+    of the EOD file (its key names the flow's key column). ``key`` is the break's JSON."""
+    from streamshift.core.registry import get_flow
+
+    spec = get_flow(flow)
+    try:
+        named = json.loads(key)
+    except ValueError:
+        return None
+    if not isinstance(named, dict):
+        return None
+    if set(named) == {spec.key}:
+        return f"trace?flow={_q(flow)}&key={_q(str(named[spec.key]))}"
+    for view in spec.views:
+        if set(named) == set(view.group_key):
+            group = ",".join(f"{c}={named[c]}" for c in view.group_key if c != spec.business_date)
+            return (
+                f"explain?flow={_q(flow)}&view={_q(view.name)}&date={day.isoformat()}"
+                f"&group={_q(group)}"
+            )
+    return None
+
+
 # ---- the page -----------------------------------------------------------------------------
 def _flow_section(s: dict[str, Any]) -> str:
     flow = s["flow"]
@@ -198,6 +227,7 @@ def _flow_section(s: dict[str, Any]) -> str:
                 last["worst"],
                 ["recon", "kind", "key", "column", "left_value", "right_value", "difference"],
                 "worst",
+                links={"key": "why"},
             )
         )
     else:
@@ -330,6 +360,81 @@ order received (<code>applied*</code>: still current).
 </body></html>"""
 
 
+def _explain(settings: Any, flow: str, view: str, day: str, group: str, layer: str | None) -> Any:
+    """The explanation of one view row in ``layer`` (by default the serving one)."""
+    from fastapi import HTTPException
+
+    from streamshift.core.catalog import LayerTables
+    from streamshift.core.registry import get_flow
+    from streamshift.read import explain as ex
+    from streamshift.read.trace import default_layer
+
+    if layer not in (None, "batch", "stream"):
+        raise HTTPException(404, f"unknown layer {layer!r}: batch or stream")
+    spec = get_flow(flow)
+    try:
+        business_date = dt.date.fromisoformat(day)
+        chosen = spec.view(view)
+        return ex.explain(
+            spec,
+            LayerTables(settings.warehouse, spec, layer or default_layer(settings, flow)),
+            chosen.name,
+            business_date,
+            ex.parse_group(chosen, spec.business_date, group),
+            changes=100,
+        )
+    except (ValueError, KeyError, ex.ExplainError) as e:
+        raise HTTPException(400, str(e.args[0] if e.args else e)) from None
+
+
+def render_explain(
+    settings: Any, flow: str, view: str, day: str, group: str, layer: str | None
+) -> str:
+    """Why a view row is what it is, as a page (``streamshift explain``)."""
+    from streamshift.read import explain as ex
+
+    found = _explain(settings, flow, view, day, group, layer)
+    named = ", ".join(f"{k}={v}" for k, v in found.group.items())
+    other = "batch" if found.layer == "stream" else "stream"
+    members = [
+        {
+            **dict(zip(ex.MEMBER_COLUMNS, r, strict=True)),
+            "trace": f"trace?flow={_q(flow)}&key={_q(str(m['key']))}&layer={found.layer}",
+        }
+        for r, m in zip(ex.member_rows(found), found.members, strict=True)
+    ]
+    changes = [
+        {
+            **dict(zip(ex.CHANGE_COLUMNS, r, strict=True)),
+            "trace": f"trace?flow={_q(flow)}&key={_q(str(c['key']))}&layer={found.layer}",
+        }
+        for r, c in zip(ex.change_rows(found), found.changes, strict=True)
+    ]
+    measures = "".join(f"<li>{_e(line)}</li>" for line in ex.measure_lines(found))
+    row = "no row now: every member left" if found.row is None else "its row, made by its members"
+    more = (
+        f" (the newest {len(found.changes)} of {found.changes_total}; "
+        f"<code>streamshift explain --changes 0</code> lists all)"
+        if found.changes_total > len(found.changes)
+        else ""
+    )
+    here = f"explain?flow={_q(flow)}&amp;view={_q(view)}&amp;date={_q(day)}&amp;group={_q(group)}"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>streamshift · explain {_e(named)}</title>
+<style>body {{ font-family: system-ui, sans-serif; margin: 1em 2em; }}
+table {{ border-collapse: collapse; font-size: .85em; }}
+td, th {{ padding: 2px 8px; border-bottom: 1px solid #eee; text-align: left; }}</style></head>
+<body><p><a href="migration">← Migration</a></p>
+<h1>{_e(flow)} · {_e(found.view)} <span class="group">{_e(named)}</span></h1>
+<p class="layer">The {_e(found.layer)} layer: {row}. <a href="{here}&amp;layer={other}">The {other} layer</a>.</p>
+<ul class="measures">{measures}</ul>
+<h2>Members <small>({len(found.members)} live keys)</small></h2>
+{html_table(members, ex.MEMBER_COLUMNS, "members", links={"key": "trace"})}
+<h2>Changes that moved it <small>newest first{more}</small></h2>
+{html_table(changes, ex.CHANGE_COLUMNS, "changes", links={"key": "trace"})}
+</body></html>"""
+
+
 def render(flows: list[dict[str, Any]], user: str) -> str:
     sections = "".join(_flow_section(s) for s in flows)
     return f"""<!DOCTYPE html>
@@ -428,6 +533,17 @@ def create_app() -> Any:
     @app.get("/trace", response_class=HTMLResponse)
     def trace_page(flow: str, key: str, layer: str | None = None) -> str:
         return render_trace(load_settings(), known(flow), key, layer)
+
+    @app.get("/explain", response_class=HTMLResponse)
+    def explain_page(flow: str, view: str, date: str, group: str, layer: str | None = None) -> str:
+        return render_explain(load_settings(), known(flow), view, date, group, layer)
+
+    @app.get("/api/flows/{flow}/explain")
+    def explain_json(
+        flow: str, view: str, date: str, group: str, layer: str | None = None
+    ) -> JSONResponse:
+        found = _explain(load_settings(), known(flow), view, date, group, layer)
+        return JSONResponse(jsonable_encoder(found.as_json()))
 
     @app.get("/api/flows/{flow}/trace")
     def trace_json(flow: str, key: str, layer: str | None = None) -> JSONResponse:

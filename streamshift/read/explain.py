@@ -251,9 +251,9 @@ def explain(
     )
 
 
-def _text(value: Any) -> str:
+def _text(value: Any, signed: bool = False) -> str:
     if isinstance(value, dict):
-        return ", ".join(f"{k} {_signed(v)}" for k, v in value.items())
+        return ", ".join(f"{k} {_signed(v) if signed else v}" for k, v in value.items())
     return "" if value is None else str(value)
 
 
@@ -266,7 +266,7 @@ def member_rows(found: Explanation) -> list[list[str]]:
 
 
 def change_rows(found: Explanation) -> list[list[str]]:
-    return [[_text(c[name]) for name in CHANGE_COLUMNS] for c in found.changes]
+    return [[_text(c[name], signed=True) for name in CHANGE_COLUMNS] for c in found.changes]
 
 
 def measure_lines(found: Explanation) -> list[str]:
