@@ -364,6 +364,29 @@ def _cmd_close(args: argparse.Namespace) -> int:
     )
 
 
+def _cmd_redrive(args: argparse.Namespace) -> int:
+    from collections import Counter
+
+    from streamshift.core.registry import get_flow
+    from streamshift.core.requests import RedriveRequest
+    from streamshift.read.quarantine import pending
+    from streamshift.read.trace import default_layer
+
+    settings, flow = load_settings(), get_flow(_known_flow(args.flow))
+    layer = args.layer or default_layer(settings, flow.name)
+    found = pending(settings, flow, layer, args.rule, args.date)
+    if not found:  # said without starting Spark
+        scope = " ".join(f"--{k} {v}" for k, v in (("rule", args.rule), ("date", args.date)) if v)
+        print(
+            f"{flow.name}: nothing to re-drive in the {layer} layer's quarantine {scope}".rstrip()
+            + f" (streamshift show --flow {flow.name} --view quarantine --layer {layer} lists it)"
+        )
+        return 0
+    rules = ", ".join(f"{n} {r}" for r, n in sorted(Counter(q["rule"] for q in found).items()))
+    print(f"[streamshift] re-driving {len(found)} quarantined rows ({rules})", file=sys.stderr)
+    return _run_request(RedriveRequest(flow.name, args.rule, args.date, layer, args.by))
+
+
 def _cmd_stage(args: argparse.Namespace) -> int:
     from streamshift.control.stages import promotion_evidence
     from streamshift.core.stages import next_stage, stage
@@ -995,6 +1018,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by", help="who is recorded as closed_by (default: the OS user)")
     _add_quality_run(p, "the closed date's stream layer")
     p.set_defaults(handler=_cmd_close)
+
+    p = sub.add_parser(
+        "redrive",
+        help="re-apply quarantined rows whose cause is fixed (reference data, a rule)",
+        description="Reads each quarantined row's payload back into the flow's columns and "
+        "checks it with today's rules and reference data. The rows that pass now are applied "
+        "with source redrive and their original source_ref (their trace shows both); in the "
+        "stream layer they go through the flow's topic like every change, so the stream job "
+        "must be running. The rest stay in quarantine, with the rules they fail now. Each "
+        "outcome is a row of control/redrives: a second run skips what was applied. "
+        "Conflicting versions are never re-driven.",
+    )
+    p.add_argument("--flow", required=True)
+    p.add_argument("--rule", help="only rows quarantined under this rule")
+    p.add_argument("--date", type=_date, help="only rows of this business date")
+    _serving_layer_argument(p)
+    p.add_argument("--by", help="who is recorded as redriven_by (default: the OS user)")
+    p.set_defaults(handler=_cmd_redrive)
 
     p = sub.add_parser(
         "stage",

@@ -77,6 +77,13 @@ PROMOTION_DECISIONS_SCHEMA = (
     "decided_by STRING, decided_at TIMESTAMP, run_id STRING, forced BOOLEAN, reason STRING"
 )
 
+# Re-driven quarantine rows (``streamshift redrive``), one per delivery (``source_ref``) and
+# layer: ``outcome`` applied, still failing (``rules``: what it fails now) or unreadable.
+REDRIVES_SCHEMA = (
+    "flow STRING, layer STRING, source_ref STRING, rule STRING, business_date DATE, "
+    "outcome STRING, rules STRING, redriven_at TIMESTAMP, redriven_by STRING"
+)
+
 
 class UnknownLayerError(StreamshiftError):
     final = True
@@ -164,6 +171,11 @@ class ControlTables:
     def promotion_decisions(self) -> str:
         """Approvals and rejections of promotions (``PROMOTION_DECISIONS_SCHEMA``)."""
         return self._path("promotion_decisions")
+
+    @property
+    def redrives(self) -> str:
+        """What each re-drive of a quarantined row did (``REDRIVES_SCHEMA``)."""
+        return self._path("redrives")
 
     @property
     def quality_runs(self) -> str:

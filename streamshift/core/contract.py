@@ -18,3 +18,5 @@ APPLIED_AT = "_applied_at"  # stored: when the write path applied the version
 # produced to the topic keeps its file:line): the stream stores them as SOURCE and SOURCE_REF.
 SOURCE_HEADER = "streamshift.source"
 SOURCE_REF_HEADER = "streamshift.source_ref"
+# The rule a delivery of a version held with other content is quarantined under.
+VERSION_CONFLICT_RULE = "version_conflict"

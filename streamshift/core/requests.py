@@ -124,3 +124,16 @@ class PromoteRequest(JobRequest):
     approval: str | None = None
     approved_by: str | None = None
     run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class RedriveRequest(JobRequest):
+    """Re-apply quarantined rows whose cause is fixed (``streamshift redrive``): those of one
+    ``rule`` and one ``business_date`` when given, from ``layer`` (default: the serving one)."""
+
+    kind: ClassVar[str] = "redrive"
+    flow: str
+    rule: str | None = None
+    business_date: dt.date | None = None
+    layer: str | None = None
+    by: str | None = None

@@ -208,6 +208,13 @@ class Settings:
     stream_stall_seconds: int = _setting(
         300, _positive_int, "stream_supervisor restarts a stream whose heartbeat is older than this"
     )
+    reference_dir: str = _setting(
+        "",
+        str,
+        "a folder of reference data that overrides the files a flow ships: "
+        "`<dir>/<flow>/<table>.csv` where present (a feed refreshed outside the repo; "
+        "`streamshift redrive` re-applies what the old data quarantined)",
+    )
     correction_wait_seconds: int = _setting(
         900,
         _positive_int,

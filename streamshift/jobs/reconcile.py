@@ -333,10 +333,8 @@ def correct_through_log(
     (:class:`ReconcileError` after ``correction_wait_seconds``). A re-run derives the same
     differences from the pinned state and produces identical messages; the write path keeps
     one copy of each version."""
-    from streamshift.control.cutoff import committed_offsets, offsets_behind, stream_topic
-    from streamshift.core.contract import SOURCE_HEADER, SOURCE_REF, SOURCE_REF_HEADER
-    from streamshift.core.heartbeat import query_name
-    from streamshift.sources.produce import produce_rows
+    from streamshift.core.contract import SOURCE_REF
+    from streamshift.jobs.through_log import NotApplied, produce_and_wait
 
     started = time.monotonic()
     target.create_tables()
@@ -358,40 +356,12 @@ def correct_through_log(
             .collect()
         ]
         differing.unpersist()
-    topic = stream_topic(settings, flow)
-    _say(f"producing {len(rows)} corrections of {eod_file.name} to {topic}")
-    sent = produce_rows(
-        settings,
-        flow,
-        rows,
-        topic=topic,
-        progress=False,
-        headers=lambda r: [
-            (SOURCE_HEADER, str(r[SOURCE]).encode()),
-            (SOURCE_REF_HEADER, str(r[SOURCE_REF]).encode()),
-        ],
-    )
-    if sent.failed:
-        raise ReconcileError(f"the corrections were not all delivered: {sent.describe()}")
-    checkpoint = settings.checkpoints / query_name(flow.name, target.tables.layer)
-    deadline = time.monotonic() + settings.correction_wait_seconds
-    last_said = 0.0
-    while True:
-        behind = offsets_behind(sent.ends, committed_offsets(checkpoint, topic))
-        if not behind:
-            break
-        if time.monotonic() > deadline:
-            raise ReconcileError(
-                f"the stream job ({query_name(flow.name, target.tables.layer)}) has not applied "
-                f"the corrections produced to {topic} within {settings.correction_wait_seconds}s "
-                f"(events behind per partition: {behind}); is it running? (streamshift status; "
-                "the stream_supervisor DAG restarts it). Run the correction again once it is: "
-                "it produces the same messages and the stream keeps one copy of each"
-            )
-        if time.monotonic() - last_said > 30:
-            last_said = time.monotonic()
-            _say(f"waiting for the stream job to apply the corrections ({behind} behind)")
-        time.sleep(0.5)
+    try:
+        topic, sent = produce_and_wait(
+            settings, flow, target.tables.layer, rows, f"corrections of {eod_file.name}"
+        )
+    except NotApplied as e:
+        raise ReconcileError(str(e)) from None
     runs.finish(spark, target, run)
     return Produced(topic, len(rows), sent.ends, time.monotonic() - started, malformed)
 

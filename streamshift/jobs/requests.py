@@ -22,6 +22,7 @@ from streamshift.core.requests import (
     JobRequest,
     PromoteRequest,
     ReconcileRequest,
+    RedriveRequest,
 )
 
 if TYPE_CHECKING:
@@ -125,6 +126,10 @@ def run(spark: SparkSession, request: JobRequest, settings: Settings | None = No
         from streamshift.control.stages import decide
 
         return JobDone(request, decide(spark, settings, request))
+    elif isinstance(request, RedriveRequest):
+        from streamshift.jobs import redrive
+
+        return JobDone(request, redrive.run(spark, request, settings))
     else:
         raise TypeError(f"no job runs {type(request).__name__}")
     quality = _quality(spark, settings, request, layer, file)

@@ -489,7 +489,8 @@ def run_serve(
 
     kafka = kafka_stream(spark, settings, source_topic)
     raw = kafka.transform(decode(flow)).drop(*TRANSPORT_COLUMNS)
-    accepted = checked_changes(flow, raw, load_reference(spark, flow)).where(F.size(FAILED) == 0)
+    reference = load_reference(spark, flow, settings.reference_dir)
+    accepted = checked_changes(flow, raw, reference).where(F.size(FAILED) == 0)
     writer = (
         view_changes(flow, view, accepted, engine)
         # counted in the same pass as the publish (the progress's observed metrics)

@@ -28,7 +28,7 @@ from streamshift.core.catalog import (
     LayerTables,
 )
 from streamshift.core.contract import IS_DELETED, SOURCE
-from streamshift.core.flow import Flow, Reference
+from streamshift.core.flow import Flow, Reference, ReferenceTable
 from streamshift.core.sqltext import delta_path, identifier
 from streamshift.read.control import closed_dates_in
 from streamshift.spark import interpreted, is_interpreted
@@ -153,8 +153,19 @@ def when_small(
 
 
 # ---- reference data -----------------------------------------------------------------------
-def load_reference(spark: SparkSession, flow: Flow) -> dict[str, DataFrame]:
-    """Each reference table of ``flow`` as a cached DataFrame, read with its declared schema.
+def reference_path(flow: Flow, table: ReferenceTable, override_dir: str = "") -> Path:
+    """Where a reference table is read: ``<override_dir>/<flow>/<table>.csv`` when that file
+    exists (the ``reference_dir`` setting), else the file the flow ships."""
+    if override_dir:
+        override = Path(override_dir) / flow.name / f"{table.name}.csv"
+        if override.is_file():
+            return override
+    return table.path
+
+
+def load_reference(spark: SparkSession, flow: Flow, override_dir: str = "") -> dict[str, DataFrame]:
+    """Each reference table of ``flow`` as a cached DataFrame, read with its declared schema
+    (from ``override_dir`` where it holds the table: :func:`reference_path`).
 
     Reference data is small (the flows broadcast it), so each table is cached as one partition:
     a window or aggregate a flow's ``prepare`` runs over it then needs no shuffle, which a
@@ -162,7 +173,13 @@ def load_reference(spark: SparkSession, flow: Flow) -> dict[str, DataFrame]:
     """
     tables: dict[str, DataFrame] = {}
     for ref in flow.reference:
-        df = spark.read.csv(str(ref.path), header=True, schema=ref.schema, mode="FAILFAST")
+        path = reference_path(flow, ref, override_dir)
+        df = spark.read.csv(str(path), header=True, schema=ref.schema, mode="FAILFAST")
+        # Spark's cache is shared by every session of a JVM (the warm engine's clients too)
+        # and found by plan: the file's size and time in the plan make a changed file a new
+        # plan, read anew, instead of the cached old data.
+        stat = path.stat()
+        df = df.where(F.lit(f"{stat.st_size}:{stat.st_mtime_ns}").isNotNull())
         tables[ref.name] = df.coalesce(1).cache()
     return tables
 
@@ -217,23 +234,30 @@ class Target:
         flow: Flow,
         tables: LayerTables,
         reference: Reference | None = None,
+        reference_dir: str = "",
     ):
         self.spark = spark
         self.flow = flow
         self.tables = tables
         self._reference = reference
+        self._reference_dir = reference_dir
         self._created = False
         self._closed: tuple[int, set[dt.date]] | None = None
 
     @classmethod
     def open(cls, spark: SparkSession, settings: Settings, flow: Flow, layer: str) -> Target:
-        return cls(spark, flow, LayerTables(settings.warehouse, flow, layer))
+        return cls(
+            spark,
+            flow,
+            LayerTables(settings.warehouse, flow, layer),
+            reference_dir=settings.reference_dir,
+        )
 
     @property
     def reference(self) -> Reference:
         """The flow's reference data, read on first use and cached for the target's life."""
         if self._reference is None:
-            self._reference = load_reference(self.spark, self.flow)
+            self._reference = load_reference(self.spark, self.flow, self._reference_dir)
         return self._reference
 
     def create_tables(self) -> Target:

@@ -23,6 +23,7 @@ from streamshift.core.contract import (
     RAW,
     SOURCE,
     SOURCE_REF,
+    VERSION_CONFLICT_RULE,
 )
 from streamshift.core.flow import Flow, Reference
 
@@ -95,9 +96,6 @@ def checked_changes(flow: Flow, raw: DataFrame, reference: Reference) -> DataFra
         .transform(validate(flow))
         .withColumn(IS_DELETED, F.coalesce(flow.deleted(), F.lit(False)))
     )
-
-
-VERSION_CONFLICT_RULE = "version_conflict"
 
 
 def receipt_order() -> tuple[Column, Column, Column]:

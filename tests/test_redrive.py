@@ -1,0 +1,93 @@
+"""``streamshift redrive`` on real Spark and Delta: a trade quarantined for a book the
+reference data lacked is applied once the reference feed has it, with its original line, and
+shows in its trace both ways; a row that still fails stays; a second re-drive applies nothing
+twice. Oracles come from the file's rows."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+from dataclasses import replace
+
+import pytest
+from pyspark.sql import functions as F
+
+from flows.trades import FLOW
+from streamshift.core.catalog import ControlTables, LayerTables
+from streamshift.core.requests import RedriveRequest
+from streamshift.jobs.eod import run_eod
+from streamshift.jobs.requests import run
+from streamshift.read.tables import rows
+from streamshift.read.trace import trace
+from streamshift.write.target import Target, read
+from tests.cli_support import run_cli
+
+pytestmark = [pytest.mark.spark]
+
+DAY = dt.date(2026, 11, 20)
+HEADER = ["trade_id", "version", "event_type", "business_date", "trade_ts", "book",
+          "instrument", "side", "quantity", "price", "currency"]  # fmt: skip
+NEW_BOOK = "EQ-NEW-DESK"
+
+
+def _t(key: str, book: str, side: str, qty: int) -> list[str]:
+    return [key, "1", "NEW", str(DAY), f"{DAY}T10:00:00Z", book, "AAPL", side, str(qty),
+            "10.5", "USD"]  # fmt: skip
+
+
+def test_redrive_applies_what_the_fixed_reference_data_lets_through_once(
+    spark, settings, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    feed = tmp_path / "reference"
+    here = replace(settings, home=tmp_path / "home", reference_dir=str(feed))
+    file = tmp_path / "day.csv"
+    trades = [_t("R1", "EQ-US-FLOW", "BUY", 10), _t("R2", NEW_BOOK, "SELL", 7),
+              _t("R3", "EQ-US-FLOW", "HOLD", 5)]  # fmt: skip
+    with open(file, "w", newline="") as handle:
+        csv.writer(handle).writerows([HEADER, *trades])
+    run_eod(spark, Target.open(spark, here, FLOW, "batch"), DAY, file)
+    tables = LayerTables(here.warehouse, FLOW, "batch")
+    quarantined = {r["source_ref"]: r["rule"] for r in rows(tables.quarantine)}
+    assert quarantined == {f"{file}:3": "known_book", f"{file}:4": "known_side"}
+
+    # Before the fix nothing passes: both stay, with the rules they fail now.
+    first = run(spark, RedriveRequest(FLOW.name, layer="batch", by="ops"), here).result
+    assert (first.tried, first.applied) == (2, 0)
+    assert first.still_failing == {"known_book": 1, "known_side": 1}
+
+    # The reference feed gets the new book; the re-drive applies R2 from its original line.
+    (feed / FLOW.name).mkdir(parents=True)
+    shipped = [r for r in csv.reader(open(FLOW.reference[0].path, newline=""))]  # noqa: SIM115
+    with open(feed / FLOW.name / "books.csv", "w", newline="") as handle:
+        csv.writer(handle).writerows([*shipped, [NEW_BOOK, "EQUITY", "LE-US"]])
+    second = run(spark, RedriveRequest(FLOW.name, layer="batch", by="ops"), here).result
+    assert (second.tried, second.applied) == (2, 1), second.describe()
+    assert second.still_failing == {"known_side": 1}
+    [r2] = rows(tables.current, where=[("trade_id", "=", "R2")])
+    assert (r2["_source"], r2["_source_ref"], r2["book"]) == ("redrive", f"{file}:3", NEW_BOOK)
+    positions = read(spark, tables.view("positions")).where(F.col("book") == NEW_BOOK).collect()
+    assert [(p["net_quantity"], p["trade_count"]) for p in positions] == [(-7, 1)]
+    events = trace(FLOW, tables, "R2").events
+    assert [(e["outcome"], e["source"], e["source_ref"], e["rule"]) for e in events] == [
+        ("applied", "redrive", f"{file}:3", None),  # history first, then the quarantine
+        ("quarantined", "eod", f"{file}:3", "known_book"),
+    ]
+
+    # Again: R2 is not tried (applied), R3 still fails; nothing is applied twice.
+    third = run(spark, RedriveRequest(FLOW.name, layer="batch", by="ops"), here).result
+    assert (third.tried, third.applied) == (1, 0)
+    assert len(rows(tables.history, where=[("trade_id", "=", "R2")])) == 1
+    outcomes = {
+        r["source_ref"]: (r["outcome"], r["rules"], r["redriven_by"])
+        for r in rows(ControlTables(here.warehouse).redrives)
+    }
+    assert outcomes == {
+        f"{file}:3": ("applied", None, "ops"),
+        f"{file}:4": ("still failing", "known_side", "ops"),
+    }
+
+    # The CLI says when there is nothing to re-drive, without starting Spark.
+    none = run_cli(here.home, "redrive", "--flow", FLOW.name, "--rule", "known_book",
+                   "--layer", "batch", reference_dir=str(feed))  # fmt: skip
+    assert none.returncode == 0, none.stderr
+    assert "nothing to re-drive in the batch layer's quarantine --rule known_book" in none.stdout
