@@ -2,7 +2,8 @@
 
 One ``eod_<flow>``, one ``late_data_<flow>`` and one ``maintenance_<flow>`` DAG per flow in
 ``flows/``, one
-``stream_supervisor`` and one ``streamshift_promote`` (the Migration page's promotions).
+``stream_supervisor``, one ``streamshift_promote`` (the Migration page's promotions) and one
+``streamshift_redrive`` (the quarantine re-driven once a cause is fixed).
 Parsing imports ``airflow.sdk``, ``pendulum`` and the Spark-free core only (``tests/test_boundaries.py`` checks it); the factories are in
 ``streamshift/orchestrate/dags.py``.
 """
@@ -15,6 +16,7 @@ from streamshift.orchestrate.dags import (
     late_data_dag,
     maintenance_dag,
     promote_dag,
+    redrive_dag,
     stream_supervisor_dag,
 )
 
@@ -25,3 +27,4 @@ for _flow in flow_names():
 
 stream_supervisor = stream_supervisor_dag()
 streamshift_promote = promote_dag(flow_names())
+streamshift_redrive = redrive_dag(flow_names())

@@ -187,6 +187,7 @@ def test_dag_integrity(tmp_path: Path) -> None:
         *(f"maintenance_{f}" for f in flows),
         "stream_supervisor",
         "streamshift_promote",
+        "streamshift_redrive",
     }
     # Retried: every task but those whose failure a retry cannot change (a failed data-quality
     # expectation, a promotion refused by the gate; a promotion is one deliberate act).

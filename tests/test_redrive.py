@@ -1,7 +1,7 @@
 """``streamshift redrive`` on real Spark and Delta: a trade quarantined for a book the
 reference data lacked is applied once the reference feed has it, with its original line, and
-shows in its trace both ways; a row that still fails stays; a second re-drive applies nothing
-twice. Oracles come from the file's rows."""
+shows in its trace both ways; a row that still fails stays; a second re-drive, from Airflow,
+applies nothing twice. Oracles come from the file's rows."""
 
 from __future__ import annotations
 
@@ -17,12 +17,14 @@ from streamshift.core.catalog import ControlTables, LayerTables
 from streamshift.core.requests import RedriveRequest
 from streamshift.jobs.eod import run_eod
 from streamshift.jobs.requests import run
+from streamshift.local.airflow import LocalAirflow
 from streamshift.read.tables import rows
 from streamshift.read.trace import trace
 from streamshift.write.target import Target, read
+from tests.airflow_support import dag_test
 from tests.cli_support import run_cli
 
-pytestmark = [pytest.mark.spark]
+pytestmark = [pytest.mark.spark, pytest.mark.airflow]
 
 DAY = dt.date(2026, 11, 20)
 HEADER = ["trade_id", "version", "event_type", "business_date", "trade_ts", "book",
@@ -73,17 +75,22 @@ def test_redrive_applies_what_the_fixed_reference_data_lets_through_once(
         ("quarantined", "eod", f"{file}:3", "known_book"),
     ]
 
-    # Again: R2 is not tried (applied), R3 still fails; nothing is applied twice.
-    third = run(spark, RedriveRequest(FLOW.name, layer="batch", by="ops"), here).result
-    assert (third.tried, third.applied) == (1, 0)
+    # Again, from Airflow (the streamshift_redrive DAG, its job on the engine): R2 is not
+    # tried (applied), R3 still fails; nothing is applied twice.
+    LocalAirflow(here).migrate()
+    dag = dag_test(here, "streamshift_redrive", "2026-11-21T00:00:00+00:00",
+                   {"flow": FLOW.name, "layer": "batch"})  # fmt: skip
+    assert dag["state"] == "success", dag["output"][-4000:]
+    assert "1 quarantined rows of the batch layer to try: {'known_side': 1}" in dag["output"]
+    assert "0 of 1 rows re-driven and applied" in dag["output"]
     assert len(rows(tables.history, where=[("trade_id", "=", "R2")])) == 1
     outcomes = {
-        r["source_ref"]: (r["outcome"], r["rules"], r["redriven_by"])
+        r["source_ref"]: (r["outcome"], r["rules"])
         for r in rows(ControlTables(here.warehouse).redrives)
     }
     assert outcomes == {
-        f"{file}:3": ("applied", None, "ops"),
-        f"{file}:4": ("still failing", "known_side", "ops"),
+        f"{file}:3": ("applied", None),
+        f"{file}:4": ("still failing", "known_side"),
     }
 
     # The CLI says when there is nothing to re-drive, without starting Spark.

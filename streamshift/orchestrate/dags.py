@@ -568,6 +568,69 @@ as `changed_by`; a rejection fails the run, recorded. The Migration page trigger
     return dag
 
 
+def redrive_dag(flows: list[str]) -> DAG:
+    """``streamshift_redrive``: re-apply quarantined rows whose cause is fixed."""
+    with DAG(
+        dag_id="streamshift_redrive",
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        is_paused_upon_creation=False,
+        default_args=DEFAULT_ARGS,
+        tags=["streamshift", "quarantine"],
+        params={
+            "flow": Param(flows[0] if flows else None, type="string", enum=flows),
+            "rule": Param(None, type=["null", "string"], description="only this rule's rows"),
+            "business_date": Param(
+                None, type=["null", "string"], format="date", description="only this date's rows"
+            ),
+            "layer": Param(
+                None,
+                type=["null", "string"],
+                enum=[None, "batch", "stream"],
+                description="default: the layer serving readers in the flow's stage",
+            ),
+        },
+        doc_md="""
+### Re-drive the quarantine
+The same job as `streamshift redrive`: once a cause is fixed (the reference feed in
+`STREAMSHIFT_REFERENCE_DIR` has the missing book, a rule is corrected), the quarantined rows
+are checked again and those that pass are applied with source `redrive` and their original
+`source_ref` (in the stream layer through the flow's topic, like every change). The rest stay,
+with the rules they fail now. A second run applies nothing twice (`control/redrives`).
+**which_rows** lists what would be tried, without Spark; **redrive** runs on the engine.
+""",
+    ) as dag:
+
+        @task(doc_md="What the re-drive covers, read without Spark; the job's request.")
+        def which_rows() -> str:
+            from collections import Counter
+
+            from streamshift.core.registry import get_flow
+            from streamshift.core.requests import RedriveRequest
+            from streamshift.read.quarantine import pending
+            from streamshift.read.trace import default_layer
+
+            context = get_current_context()
+            params, settings = context["params"], _settings()
+            flow = get_flow(params["flow"])
+            layer = params.get("layer") or default_layer(settings, flow.name)
+            day = params.get("business_date")
+            day = dt.date.fromisoformat(day) if day else None
+            found = pending(settings, flow, layer, params.get("rule"), day)
+            rules = Counter(q["rule"] for q in found)
+            print(f"{len(found)} quarantined rows of the {layer} layer to try: {dict(rules)}")
+            user = context["dag_run"].triggering_user_name or OWNER
+            return RedriveRequest(flow.name, params.get("rule"), day, layer, user).to_json()
+
+        engine_task(
+            "redrive",
+            which_rows(),
+            "Check the rows again and apply those that pass now (recorded per row).",
+        )
+    return dag
+
+
 def stream_supervisor_dag() -> DAG:
     """``stream_supervisor``: restart dead or stalled streaming jobs from their checkpoints."""
     with DAG(
