@@ -187,6 +187,14 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
     assert summary["stage"] == "stream"
     assert sum(summary["quality"]["counts"].values()) == len(quality.checks)
     assert summary["breaks_by_kind"] == second["external"].by_kind  # eod_file is clean
+    # The adjustment is visible: the EOD file's break before, the corrected key with its line,
+    # the clean run after.
+    line = [r[key] for r in final.values()].index(lost[key]) + 2  # the header is line 1
+    assert [
+        (a["layer"], a["key"], a["source"], a["source_ref"]) for a in summary["adjustments"]
+    ] == [("stream", lost[key], "eod_correction", f"{eod_file}:{line}")]
+    eod_runs = [r for r in summary["reconciliation_runs"] if r["recon"] == "eod_file"]
+    assert [r["missing_left"] for r in eod_runs] == [1, 0]
     runs = read(spark, recon_runs_path(settings)).where(f"business_date = DATE'{last}'")
     assert len(summary["reconciliations"]) == 2 and runs.count() == 4  # two runs of two recons
     breaks_today = (

@@ -1,9 +1,13 @@
 """The daily HTML report of a flow, with a JSON summary beside it for machines.
 
 ``STREAMSHIFT_HOME/reports/<flow>/<date>/report.html`` and ``report.json``: the day's
-reconciliation (counts by kind, the worst breaks), the parity streak over recent dates, stream
-lag and batch duration over the day, quarantine counts by rule, late events by arrival hour,
-and the stage history. Charts are inline SVG drawn by matplotlib.
+reconciliation (counts by kind, the worst breaks), every reconciliation run of the day in order
+(the breaks before an EOD correction, the clean run after it), the adjustments the EOD process
+made to the layer (corrections, a replacement's cancels, re-driven rows: each key with its
+version and ``source_ref``, linking to its trace), the parity streak over recent dates, stream
+lag and batch duration over the day, quarantine counts by rule, late events (by arrival hour,
+and each with its key) and the stage history. Charts are inline SVG drawn by matplotlib; a chart
+with nothing to show says so in words.
 """
 
 from __future__ import annotations
@@ -12,11 +16,12 @@ import datetime as dt
 import html
 import io
 import json
+import urllib.parse
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from streamshift.core.catalog import KINDS, LAYERS
+from streamshift.core.catalog import KINDS, LAYERS, ControlTables, LayerTables
 from streamshift.core.formatting import html_table
 from streamshift.core.heartbeat import progress_path, read_progress
 from streamshift.quality.project import counts_by_verdict
@@ -34,6 +39,10 @@ if TYPE_CHECKING:
     from streamshift.core.settings import Settings
 
 STREAK_DAYS = 30
+
+
+def recon_runs_path(settings: Settings) -> str:
+    return ControlTables(settings.warehouse).recon_runs
 
 
 def report_dir(settings: Settings, flow: str, business_date: dt.date) -> Path:
@@ -57,13 +66,19 @@ def collect(settings: Settings, flow: str, business_date: dt.date) -> dict[str, 
 
     quarantine: Counter[str] = Counter()
     late_by_hour: Counter[int] = Counter()
+    late: list[dict[str, Any]] = []
     on_day = [("flow", "=", flow), ("business_date", "=", business_date)]
     for layer in LAYERS:
         root = settings.warehouse / layer
         for r in rows(root / "quarantine", ["rule"], on_day):
             quarantine[f"{layer}: {r['rule']}"] += 1
-        for r in rows(root / "late_events", ["arrived_at"], on_day):
+        for r in rows(root / "late_events", None, on_day):
             late_by_hour[r["arrived_at"].hour] += 1
+            late.append({**r, "layer": layer, "trace": _trace_link(flow, r["key"], layer)})
+    late.sort(key=lambda r: r["arrived_at"])
+    runs_today = sorted(
+        rows(recon_runs_path(settings), where=on_day), key=lambda r: (r["run_at"], r["recon"])
+    )
 
     day = business_date.isoformat()
     batches = [
@@ -95,6 +110,12 @@ def collect(settings: Settings, flow: str, business_date: dt.date) -> dict[str, 
         "reconciliations": today,
         "breaks_by_kind": {k: sum(int(r[k]) for r in today) for k in KINDS},
         "worst_breaks": worst,
+        "reconciliation_runs": [
+            {k: r[k] for k in ("run_at", "recon", "breaks", *KINDS, "stage", "run_id")}
+            for r in runs_today
+        ],
+        "adjustments": adjustments(settings, flow, business_date),
+        "late_events": late,
         "parity_streak": streak,
         "stream_progress": progress,
         "stream_progress_window": window,
@@ -103,6 +124,44 @@ def collect(settings: Settings, flow: str, business_date: dt.date) -> dict[str, 
         "stage_history": stage_history(settings, flow),
         "quality": _quality(settings, flow, business_date),
     }
+
+
+# The sources of changes the EOD process makes to a layer, besides loading its file.
+ADJUSTING_SOURCES = ("eod_correction", "replacement", "redrive")
+
+
+def _trace_link(flow: str, key: object, layer: str) -> str:
+    """The key's trace on the Migration page, relative to the report's own address there
+    (``/streamshift/reports/<flow>/<date>``)."""
+    quoted = urllib.parse.quote(str(key), safe="")
+    return f"../../trace?flow={urllib.parse.quote(flow)}&key={quoted}&layer={layer}"
+
+
+def adjustments(settings: Settings, flow: str, business_date: dt.date) -> list[dict[str, Any]]:
+    """Every version of the date the EOD process applied to a layer as an adjustment (an EOD
+    correction, a replacement's cancel, a re-driven row), from history, oldest first."""
+    from streamshift.core.contract import APPLIED_AT, LOG_REF, SOURCE, SOURCE_REF
+    from streamshift.core.registry import get_flow
+
+    spec = get_flow(flow)
+    found = []
+    for layer in LAYERS:
+        history = LayerTables(settings.warehouse, spec, layer).history
+        where = [(spec.business_date, "=", business_date), (SOURCE, "in", ADJUSTING_SOURCES)]
+        for r in rows(history, where=where):
+            found.append(
+                {
+                    "layer": layer,
+                    "applied_at": r[APPLIED_AT],
+                    "key": r[spec.key],
+                    "version": r[spec.version],
+                    "source": r[SOURCE],
+                    "source_ref": r[SOURCE_REF],
+                    "log_ref": r.get(LOG_REF),
+                    "trace": _trace_link(flow, r[spec.key], layer),
+                }
+            )
+    return sorted(found, key=lambda a: (a["applied_at"], str(a["source_ref"])))
 
 
 def _quality(settings: Settings, flow: str, business_date: dt.date) -> dict[str, Any]:
@@ -180,8 +239,17 @@ def _lines(progress: list[dict[str, Any]], window: str) -> str:
 
     if not progress:
         return _words("no stream batches on this date")
-    fig, (lag_ax, dur_ax) = plt.subplots(2, 1, figsize=(7, 4), sharex=True)
     times = [dt.datetime.fromisoformat(p["timestamp"]) for p in progress]
+    if not any(p["lag"] for p in progress):  # a flat zero line would say nothing
+        fig, dur_ax = plt.subplots(1, 1, figsize=(7, 2.5))
+        dur_ax.plot(times, [p["duration_s"] for p in progress], color="#55a868")
+        dur_ax.set_ylabel("batch duration (s)")
+        dur_ax.set_title(
+            f"micro-batch duration: {window}; no lag: every batch caught up", fontsize=10
+        )
+        fig.autofmt_xdate()
+        return _svg(fig)
+    fig, (lag_ax, dur_ax) = plt.subplots(2, 1, figsize=(7, 4), sharex=True)
     lag_ax.plot(times, [p["lag"] or 0 for p in progress], color="#c44e52")
     dur_ax.plot(times, [p["duration_s"] for p in progress], color="#55a868")
     lag_ax.set_ylabel("lag (events)")
@@ -295,6 +363,12 @@ figure.chart svg {{ max-width: 100%; height: auto; }}
 {figure("breaks by kind")}
 <h3>Worst breaks</h3>
 {html_table(data["worst_breaks"], ["recon", "kind", "key", "column", "left_value", "right_value", "difference"])}
+<h3>Every reconciliation run of the day, in order</h3>
+{html_table(data["reconciliation_runs"], ["run_at", "recon", "breaks", *KINDS, "stage", "run_id"], "runs")}
+<h2>Adjustments</h2>
+<p>What the EOD process changed in the layers for this date: EOD corrections, a replacement's
+cancels, re-driven quarantine rows (each key links to its trace).</p>
+{html_table(data["adjustments"], ["applied_at", "layer", "key", "version", "source", "source_ref", "log_ref"], "adjustments", links={"key": "trace"})}
 <h2>Data quality</h2>
 {_quality_html(data["quality"])}
 <h2>Parity streak</h2>
@@ -305,6 +379,7 @@ figure.chart svg {{ max-width: 100%; height: auto; }}
 {figure("quarantine")}
 <h2>Late events</h2>
 {figure("late")}
+{html_table(data["late_events"], ["arrived_at", "layer", "key", "version", "source"], "late", links={"key": "trace"}) if data["late_events"] else ""}
 <h2>Stage history</h2>
 {html_table(data["stage_history"], ["changed_at", "from_stage", "to_stage", "changed_by", "forced", "reason"])}
 </body></html>
