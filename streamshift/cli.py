@@ -949,11 +949,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--view", help="the view to serve (default: the flow's first)")
     _trigger_options(p)
     p.add_argument("--topic", help="topic read (default: the flow's name)")
-    from streamshift.jobs.serve import ENGINES  # no Spark: plain Python
+    from streamshift.core.contract import SERVE_ENGINES
 
     p.add_argument(
         "--engine",
-        choices=ENGINES,
+        choices=SERVE_ENGINES,
         default="jvm",
         help="where the state processor runs: jvm (default; jvm/udf's AdditiveViewState, "
         "in-process state calls) or python (transformWithStateInPandas). Each keeps its own "

@@ -20,3 +20,6 @@ SOURCE_HEADER = "streamshift.source"
 SOURCE_REF_HEADER = "streamshift.source_ref"
 # The rule a delivery of a version held with other content is quarantined under.
 VERSION_CONFLICT_RULE = "version_conflict"
+# Where `streamshift serve`'s state processor runs (named here so the CLI's parser needs no
+# Spark module: every command, the JVM-free reads among them, builds the whole parser).
+SERVE_ENGINES = ("jvm", "python")

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streamshift.core import heartbeat
-from streamshift.core.contract import FAILED, IS_DELETED, SOURCE_REF
+from streamshift.core.contract import FAILED, IS_DELETED, SERVE_ENGINES, SOURCE_REF
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.flow import SUM, Flow, View
 from streamshift.core.processes import process_start
@@ -242,7 +242,7 @@ def state_spec(flow: Flow, view: View, schema: StructType) -> dict[str, Any]:
     }
 
 
-ENGINES = ("jvm", "python")
+ENGINES = SERVE_ENGINES
 JVM_PROCESSOR = "dev.streamshift.AdditiveViewState"  # jvm/udf, built by scripts/setup
 
 
