@@ -179,17 +179,22 @@ def explain(
         )
     bd = flow.business_date
     day = [(bd, "=", business_date)]
-    view_rows = rows(tables.view(view.name), where=day)
-    members_all = rows(tables.current, where=day)
-    sample = view_rows[0] if view_rows else (members_all[0] if members_all else {})
+    [sample] = (
+        rows(tables.view(view.name), where=day, limit=1)
+        or rows(tables.current, where=day, limit=1)
+        or [{}]
+    )
     wanted = {c: _typed(v, sample.get(c)) for c, v in group.items()}
     wanted[bd] = business_date
+    # Read only the group: its text and date columns filter in the query (a day of a big
+    # flow holds millions of rows); the others (a timestamp, a number) in Python.
+    where = day + [(c, "=", v) for c, v in group.items() if isinstance(wanted[c], str)]
 
     def in_group(r: dict[str, Any] | None) -> bool:
         return r is not None and all(r.get(c) == v for c, v in wanted.items())
 
-    [row] = [r for r in view_rows if in_group(r)] or [None]
-    live = [r for r in members_all if in_group(r) and not r.get(IS_DELETED)]
+    [row] = [r for r in rows(tables.view(view.name), where=where) if in_group(r)] or [None]
+    live = [r for r in rows(tables.current, where=where) if in_group(r) and not r.get(IS_DELETED)]
     live.sort(key=lambda r: str(r[flow.key]))
     members = [
         {
@@ -204,8 +209,7 @@ def explain(
 
     # Every key that was ever in the group on its date, then every version of those keys: a
     # version that moved a key out of the group (to another book, or another date) counts too.
-    history_day = rows(tables.history, where=day)
-    keys = sorted({str(r[flow.key]) for r in history_day if in_group(r)})
+    keys = sorted({str(r[flow.key]) for r in rows(tables.history, where=where) if in_group(r)})
     history = rows(tables.history, where=[(flow.key, "in", keys)]) if keys else []
     by_key: dict[str, list[dict[str, Any]]] = {}
     for r in history:
