@@ -332,6 +332,17 @@ def _trace(settings: Any, flow: str, key: str, layer: str | None) -> Any:
     return trace(spec, LayerTables(settings.warehouse, spec, chosen), key)
 
 
+def _answer_page(title: str) -> str:
+    """The head of an answer page (a trace, an explanation), linking back to the page."""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>streamshift · {_e(title)}</title>
+<style>body {{ font-family: system-ui, sans-serif; margin: 1em 2em; }}
+table {{ border-collapse: collapse; font-size: .85em; }}
+td, th {{ padding: 2px 8px; border-bottom: 1px solid #eee; text-align: left; }}</style></head>
+<body><p><a href="migration">← Migration</a></p>
+"""
+
+
 def render_trace(settings: Any, flow: str, key: str, layer: str | None) -> str:
     """Where a key's changes went, as a page (``streamshift trace``)."""
     from streamshift.read.trace import COLUMNS, table_rows
@@ -346,18 +357,15 @@ def render_trace(settings: Any, flow: str, key: str, layer: str | None) -> str:
         f"from {now['source_ref']}"
     )
     other = "batch" if found.layer == "stream" else "stream"
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>streamshift · trace {_e(key)}</title>
-<style>body {{ font-family: system-ui, sans-serif; margin: 1em 2em; }}
-table {{ border-collapse: collapse; font-size: .85em; }}
-td, th {{ padding: 2px 8px; border-bottom: 1px solid #eee; text-align: left; }}</style></head>
-<body><p><a href="migration">← Migration</a></p>
-<h1>{_e(flow)} key <span class="key">{_e(key)}</span></h1>
+    return (
+        _answer_page(f"trace {key}")
+        + f"""<h1>{_e(flow)} key <span class="key">{_e(key)}</span></h1>
 <p class="current">The {_e(found.layer)} layer: {_e(state)}. Every version it received, in the
 order received (<code>applied*</code>: still current).
 <a href="trace?flow={_q(flow)}&amp;key={_q(key)}&amp;layer={other}">The {other} layer</a>.</p>
 {html_table(rows, COLUMNS, "trace")}
 </body></html>"""
+    )
 
 
 def _explain(settings: Any, flow: str, view: str, day: str, group: str, layer: str | None) -> Any:
@@ -411,7 +419,13 @@ def render_explain(
         for r, c in zip(ex.change_rows(found), found.changes, strict=True)
     ]
     measures = "".join(f"<li>{_e(line)}</li>" for line in ex.measure_lines(found))
-    row = "no row now: every member left" if found.row is None else "its row, made by its members"
+    row = (
+        "its row, made by its members"
+        if found.row is not None
+        else "no row now: every member left"
+        if found.changes_total
+        else "no row, and no change ever touched this group (check the values, or the other layer)"
+    )
     more = (
         f" (the newest {len(found.changes)} of {found.changes_total}; "
         f"<code>streamshift explain --changes 0</code> lists all)"
@@ -419,13 +433,9 @@ def render_explain(
         else ""
     )
     here = f"explain?flow={_q(flow)}&amp;view={_q(view)}&amp;date={_q(day)}&amp;group={_q(group)}"
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>streamshift · explain {_e(named)}</title>
-<style>body {{ font-family: system-ui, sans-serif; margin: 1em 2em; }}
-table {{ border-collapse: collapse; font-size: .85em; }}
-td, th {{ padding: 2px 8px; border-bottom: 1px solid #eee; text-align: left; }}</style></head>
-<body><p><a href="migration">← Migration</a></p>
-<h1>{_e(flow)} · {_e(found.view)} <span class="group">{_e(named)}</span></h1>
+    return (
+        _answer_page(f"explain {named}")
+        + f"""<h1>{_e(flow)} · {_e(found.view)} <span class="group">{_e(named)}</span></h1>
 <p class="layer">The {_e(found.layer)} layer: {row}. <a href="{here}&amp;layer={other}">The {other} layer</a>.</p>
 <ul class="measures">{measures}</ul>
 <h2>Members <small>({len(found.members)} live keys)</small></h2>
@@ -433,6 +443,7 @@ td, th {{ padding: 2px 8px; border-bottom: 1px solid #eee; text-align: left; }}<
 <h2>Changes that moved it <small>newest first{more}</small></h2>
 {html_table(changes, ex.CHANGE_COLUMNS, "changes", links={"key": "trace"})}
 </body></html>"""
+    )
 
 
 def render(flows: list[dict[str, Any]], user: str) -> str:
