@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from streamshift.core.contract import APPLIED_AT, IS_DELETED, LOG_REF, SOURCE, SOURCE_REF
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.flow import COUNT, MAX, MEAN, MIN, SUM
-from streamshift.read.tables import rows
+from streamshift.read.tables import column_names, rows
 from streamshift.read.trace import receipt_order
 
 if TYPE_CHECKING:
@@ -193,8 +193,17 @@ def explain(
     def in_group(r: dict[str, Any] | None) -> bool:
         return r is not None and all(r.get(c) == v for c, v in wanted.items())
 
+    # Only the columns an answer shows: a big group's members are thousands of rows.
+    wanted_columns = {flow.key, flow.version, "event_type", SOURCE, SOURCE_REF, LOG_REF,
+                      APPLIED_AT, IS_DELETED, *flow.group_columns,
+                      *(m.column for m in view.measures if m.column)}  # fmt: skip
+    columns = [c for c in column_names(tables.current) if c in wanted_columns] or None
     [row] = [r for r in rows(tables.view(view.name), where=where) if in_group(r)] or [None]
-    live = [r for r in rows(tables.current, where=where) if in_group(r) and not r.get(IS_DELETED)]
+    live = [
+        r
+        for r in rows(tables.current, columns, where=where)
+        if in_group(r) and not r.get(IS_DELETED)
+    ]
     live.sort(key=lambda r: str(r[flow.key]))
     members = [
         {
@@ -209,8 +218,20 @@ def explain(
 
     # Every key that was ever in the group on its date, then every version of those keys: a
     # version that moved a key out of the group (to another book, or another date) counts too.
-    keys = sorted({str(r[flow.key]) for r in rows(tables.history, where=where) if in_group(r)})
-    history = rows(tables.history, where=[(flow.key, "in", keys)]) if keys else []
+    in_day = rows(tables.history, [flow.key, *wanted], where=where)
+    keys = sorted({str(r[flow.key]) for r in in_day if in_group(r)})
+    # The key range as well as the keys: the range lets the reader skip every file whose key
+    # statistics lie outside it (an IN list of thousands does not), and keys that carry their
+    # date (as most desks' trade ids do) keep a day's range to that day's files.
+    history = (
+        rows(
+            tables.history,
+            columns,
+            where=[(flow.key, ">=", keys[0]), (flow.key, "<=", keys[-1]), (flow.key, "in", keys)],
+        )
+        if keys
+        else []
+    )
     by_key: dict[str, list[dict[str, Any]]] = {}
     for r in history:
         by_key.setdefault(str(r[flow.key]), []).append(r)

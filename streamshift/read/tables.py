@@ -104,6 +104,15 @@ def rows(
     return data
 
 
+def column_names(path: str | Path) -> list[str]:
+    """The table's columns (from its log; no data read); none when it was never written."""
+    if not exists(path):
+        return []
+    from deltalake import DeltaTable
+
+    return [f.name for f in DeltaTable(str(path)).schema().fields]
+
+
 def delta_tables(root: str | Path) -> list[Path]:
     """Every Delta table under ``root`` (a directory holding ``_delta_log``)."""
     return sorted(p.parent for p in Path(root).rglob("_delta_log") if p.is_dir())
