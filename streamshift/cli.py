@@ -221,46 +221,38 @@ def _serving_layer_argument(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from streamshift.core.catalog import LayerTables
     from streamshift.core.formatting import format_table
-    from streamshift.core.registry import get_flow
     from streamshift.read import explain as ex
-    from streamshift.read.trace import default_layer
 
-    _known_flow(args.flow)
-    settings, flow = load_settings(), get_flow(args.flow)
+    flow = _known_flow(args.flow)
     try:
-        view = flow.view(args.view) if args.view else flow.views[0]
-    except KeyError as e:
-        raise UserError(str(e.args[0])) from None
-    layer = args.layer or default_layer(settings, flow.name)
-    try:
-        group = ex.parse_group(view, flow.business_date, args.group)
-        found = ex.explain(
+        found = ex.explain_in(
+            load_settings(),
             flow,
-            LayerTables(settings.warehouse, flow, layer),
-            view.name,
+            args.view,
             args.date,
-            group,
+            args.group,
+            args.layer,
             changes=args.changes,
             skip=args.skip,
         )
     except ex.ExplainError as e:
         raise UserError(str(e)) from None
+    view, layer = found.view, found.layer
     if args.format == "json":
         print(json.dumps(found.as_json(), default=str, indent=2))
         return 0 if found.row or found.changes_total else 1
     named = ", ".join(f"{k}={v}" for k, v in found.group.items())
     if found.row is None and not found.changes_total:
         print(
-            f"{flow.name}: view {view.name} of the {layer} layer has no row {named} and no "
-            f"change ever touched it; check the values (streamshift show --flow {flow.name} "
-            f"--view {view.name} --layer {layer}), or --layer "
+            f"{flow}: view {view} of the {layer} layer has no row {named} and no "
+            f"change ever touched it; check the values (streamshift show --flow {flow} "
+            f"--view {view} --layer {layer}), or --layer "
             f"{'batch' if layer == 'stream' else 'stream'}"
         )
         return 1
     state = "no row now (every member left)" if found.row is None else "its row:"
-    print(f"{flow.name} view {view.name}, {layer} layer, {named}: {state}")
+    print(f"{flow} view {view}, {layer} layer, {named}: {state}")
     for line in ex.measure_lines(found):
         print(f"  {line}")
     print(f"\nmembers ({len(found.members)} live keys):")

@@ -16,7 +16,6 @@ import datetime as dt
 import html
 import io
 import json
-import urllib.parse
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,10 +38,6 @@ if TYPE_CHECKING:
     from streamshift.core.settings import Settings
 
 STREAK_DAYS = 30
-
-
-def recon_runs_path(settings: Settings) -> str:
-    return ControlTables(settings.warehouse).recon_runs
 
 
 def report_dir(settings: Settings, flow: str, business_date: dt.date) -> Path:
@@ -77,7 +72,8 @@ def collect(settings: Settings, flow: str, business_date: dt.date) -> dict[str, 
             late.append({**r, "layer": layer, "trace": _trace_link(flow, r["key"], layer)})
     late.sort(key=lambda r: r["arrived_at"])
     runs_today = sorted(
-        rows(recon_runs_path(settings), where=on_day), key=lambda r: (r["run_at"], r["recon"])
+        rows(ControlTables(settings.warehouse).recon_runs, where=on_day),
+        key=lambda r: (r["run_at"], r["recon"]),
     )
 
     day = business_date.isoformat()
@@ -133,8 +129,9 @@ ADJUSTING_SOURCES = ("eod_correction", "replacement", "redrive")
 def _trace_link(flow: str, key: object, layer: str) -> str:
     """The key's trace on the Migration page, relative to the report's own address there
     (``/streamshift/reports/<flow>/<date>``)."""
-    quoted = urllib.parse.quote(str(key), safe="")
-    return f"../../trace?flow={urllib.parse.quote(flow)}&key={quoted}&layer={layer}"
+    from streamshift.read.trace import trace_link
+
+    return "../../" + trace_link(flow, key, layer)
 
 
 def adjustments(settings: Settings, flow: str, business_date: dt.date) -> list[dict[str, Any]]:

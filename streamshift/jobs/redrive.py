@@ -84,9 +84,8 @@ class RedriveResult:
         return text + f" ({self.seconds:.1f}s)"
 
 
-def _header(ref: str, flow: Flow) -> list[str]:
+def _header(path: Path, flow: Flow) -> list[str]:
     """The columns of a file's lines: its header when the file is still there."""
-    path = Path(ref.rpartition(":")[0])
     try:
         with open(path, newline="", encoding="utf-8-sig") as handle:
             return [c.strip().lower() for c in next(csv.reader(handle))]
@@ -94,8 +93,11 @@ def _header(ref: str, flow: Flow) -> list[str]:
         return flow.columns
 
 
-def _raw_row(flow: Flow, q: dict[str, Any]) -> dict[str, str | None] | None:
-    """A quarantined payload back in the flow's columns as text; None when unreadable."""
+def _raw_row(
+    flow: Flow, q: dict[str, Any], headers: dict[Path, list[str]]
+) -> dict[str, str | None] | None:
+    """A quarantined payload back in the flow's columns as text; None when unreadable.
+    ``headers``: the files' headers read so far (each file is read once per run)."""
     payload = q["raw_payload"] or ""
     if payload.startswith("base64:"):
         return None  # a message no decoder could read
@@ -107,7 +109,10 @@ def _raw_row(flow: Flow, q: dict[str, Any]) -> dict[str, str | None] | None:
         values = {c: message.get(c) for c in flow.columns}
         return {c: None if v is None else str(v) for c, v in values.items()}
     fields = next(csv.reader(io.StringIO(payload)), [])
-    header = _header(q["source_ref"], flow)
+    path = Path(q["source_ref"].rpartition(":")[0])
+    if path not in headers:
+        headers[path] = _header(path, flow)
+    header = headers[path]
     if len(fields) != len(header):
         return None
     by_name = dict(zip(header, fields, strict=True))
@@ -125,8 +130,9 @@ def run(spark: SparkSession, request: RedriveRequest, settings: Settings) -> Red
     rows = pending(settings, flow, layer, request.rule, request.business_date)
     outcomes: list[tuple[dict[str, Any], str, str | None]] = []
     readable = []
+    headers: dict[Path, list[str]] = {}
     for q in rows:
-        raw = _raw_row(flow, q)
+        raw = _raw_row(flow, q, headers)
         if raw is None:
             outcomes.append((q, UNREADABLE, q["rule"]))
         else:
@@ -134,9 +140,9 @@ def run(spark: SparkSession, request: RedriveRequest, settings: Settings) -> Red
     applied = 0
     still: dict[str, int] = {}
     if readable:
+        schema = raw_schema(flow)
         frame = spark.createDataFrame(
-            [tuple(r.get(f.name) for f in raw_schema(flow).fields) for r in readable],
-            raw_schema(flow),
+            [tuple(r.get(f.name) for f in schema.fields) for r in readable], schema
         ).withColumn(SOURCE, F.lit(REDRIVE))
         checked = checked_changes(flow, frame, target.reference).select(SOURCE_REF, FAILED)
         failing = {r[SOURCE_REF]: list(r[FAILED]) for r in checked.collect() if r[FAILED]}

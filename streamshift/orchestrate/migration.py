@@ -50,6 +50,7 @@ def _q(text: str) -> str:
 from streamshift.core.heartbeat import read_status
 from streamshift.core.registry import flow_names
 from streamshift.core.settings import Settings, load_settings
+from streamshift.read.trace import trace_link
 
 PROMOTE_DAG = "streamshift_promote"
 STREAK_DAYS = 30
@@ -174,7 +175,7 @@ def break_link(flow: str, day: dt.date, key: str) -> str | None:
     if not isinstance(named, dict):
         return None
     if set(named) == {spec.key}:
-        return f"trace?flow={_q(flow)}&key={_q(str(named[spec.key]))}"
+        return trace_link(flow, named[spec.key])
     for view in spec.views:
         if set(named) == set(view.group_key):
             group = ",".join(f"{c}={named[c]}" for c in view.group_key if c != spec.business_date)
@@ -372,26 +373,14 @@ def _explain(settings: Any, flow: str, view: str, day: str, group: str, layer: s
     """The explanation of one view row in ``layer`` (by default the serving one)."""
     from fastapi import HTTPException
 
-    from streamshift.core.catalog import LayerTables
-    from streamshift.core.registry import get_flow
     from streamshift.read import explain as ex
-    from streamshift.read.trace import default_layer
 
     if layer not in (None, "batch", "stream"):
         raise HTTPException(404, f"unknown layer {layer!r}: batch or stream")
-    spec = get_flow(flow)
     try:
         business_date = dt.date.fromisoformat(day)
-        chosen = spec.view(view)
-        return ex.explain(
-            spec,
-            LayerTables(settings.warehouse, spec, layer or default_layer(settings, flow)),
-            chosen.name,
-            business_date,
-            ex.parse_group(chosen, spec.business_date, group),
-            changes=100,
-        )
-    except (ValueError, KeyError, ex.ExplainError) as e:
+        return ex.explain_in(settings, flow, view, business_date, group, layer, changes=100)
+    except (ValueError, ex.ExplainError) as e:
         raise HTTPException(400, str(e.args[0] if e.args else e)) from None
 
 
@@ -407,14 +396,14 @@ def render_explain(
     members = [
         {
             **dict(zip(ex.MEMBER_COLUMNS, r, strict=True)),
-            "trace": f"trace?flow={_q(flow)}&key={_q(str(m['key']))}&layer={found.layer}",
+            "trace": trace_link(flow, m["key"], found.layer),
         }
         for r, m in zip(ex.member_rows(found), found.members, strict=True)
     ]
     changes = [
         {
             **dict(zip(ex.CHANGE_COLUMNS, r, strict=True)),
-            "trace": f"trace?flow={_q(flow)}&key={_q(str(c['key']))}&layer={found.layer}",
+            "trace": trace_link(flow, c["key"], found.layer),
         }
         for r, c in zip(ex.change_rows(found), found.changes, strict=True)
     ]

@@ -29,11 +29,12 @@ from streamshift.core.contract import APPLIED_AT, IS_DELETED, LOG_REF, SOURCE, S
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.flow import COUNT, MAX, MEAN, MIN, SUM
 from streamshift.read.tables import column_names, rows
-from streamshift.read.trace import receipt_order
+from streamshift.read.trace import delivered_from, receipt_order, superseded
 
 if TYPE_CHECKING:
     from streamshift.core.catalog import LayerTables
     from streamshift.core.flow import Flow, Measure, View
+    from streamshift.core.settings import Settings
 
 ENTERED, LEFT, CHANGED = "entered", "left", "changed"
 MEMBER_COLUMNS = ["key", "version", "source_ref", "contribution"]
@@ -150,9 +151,8 @@ def _effective(flow: Flow, history: list[dict[str, Any]]) -> list[dict[str, Any]
     done: list[dict[str, Any]] = []
     highest = None
     for r in ordered:
-        same_apply = (h for h in ordered if h[APPLIED_AT] == r[APPLIED_AT])
-        if any(h[flow.version] > r[flow.version] for h in same_apply):
-            continue  # superseded within its apply
+        if superseded(flow, r, ordered):
+            continue  # a higher version came in the same apply
         if highest is not None and r[flow.version] <= highest:
             continue  # stale: at or below a version received before it
         highest = r[flow.version]
@@ -210,7 +210,7 @@ def explain(
             "key": r[flow.key],
             "version": r[flow.version],
             "source": r[SOURCE],
-            "source_ref": r.get(LOG_REF) or r[SOURCE_REF],
+            "source_ref": delivered_from(r),
             "contribution": {m.name: _contribution(m, r) for m in view.measures},
         }
         for r in live
@@ -254,7 +254,7 @@ def explain(
                         "version": r[flow.version],
                         "event_type": r.get("event_type"),
                         "source": r[SOURCE],
-                        "source_ref": r.get(LOG_REF) or r[SOURCE_REF],
+                        "source_ref": delivered_from(r),
                         "applied_at": r[APPLIED_AT],
                         "moved": CHANGED if was and now else (ENTERED if now else LEFT),
                         "delta": delta,
@@ -273,6 +273,40 @@ def explain(
         members=members,
         changes=moves[skip : skip + changes] if changes else moves[skip:],
         changes_total=len(moves),
+    )
+
+
+def explain_in(
+    settings: Settings,
+    flow_name: str,
+    view_name: str | None,
+    business_date: dt.date,
+    group_text: str,
+    layer: str | None = None,
+    *,
+    changes: int = 20,
+    skip: int = 0,
+) -> Explanation:
+    """:func:`explain` as a user asks it (the CLI, the Migration page): the view by name (the
+    flow's first by default), the group as ``col=val,...``, the layer serving readers in the
+    flow's stage unless one is named. Raises :class:`ExplainError` saying what is wrong."""
+    from streamshift.core.catalog import LayerTables
+    from streamshift.core.registry import get_flow
+    from streamshift.read.trace import default_layer
+
+    flow = get_flow(flow_name)
+    try:
+        view = flow.view(view_name) if view_name else flow.views[0]
+    except KeyError as e:
+        raise ExplainError(str(e.args[0])) from None
+    return explain(
+        flow,
+        LayerTables(settings.warehouse, flow, layer or default_layer(settings, flow.name)),
+        view.name,
+        business_date,
+        parse_group(view, flow.business_date, group_text),
+        changes=changes,
+        skip=skip,
     )
 
 

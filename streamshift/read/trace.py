@@ -56,10 +56,32 @@ def _order(ref: str | None) -> tuple[str, int]:
     return (head, int(tail)) if tail.isdigit() else (ref or "", 0)
 
 
+def delivered_from(r: dict[str, Any]) -> str:
+    """Where a stored row came from: its Kafka offset when the log delivered it, else its
+    ``file:line``."""
+    return str(r.get(LOG_REF) or r[SOURCE_REF])
+
+
 def receipt_order(r: dict[str, Any]) -> tuple[Any, tuple[str, int]]:
     """The order a layer received history rows in: the apply's clock, then the line of a file
     or the offset of a partition."""
-    return (r[APPLIED_AT], _order(r.get(LOG_REF) or r[SOURCE_REF]))
+    return (r[APPLIED_AT], _order(delivered_from(r)))
+
+
+def superseded(flow: Flow, r: dict[str, Any], history: list[dict[str, Any]]) -> bool:
+    """Whether a higher version of ``r``'s key came in the same apply (``history``: the key's
+    rows), so ``r`` never became current."""
+    return any(
+        h[APPLIED_AT] == r[APPLIED_AT] and h[flow.version] > r[flow.version] for h in history
+    )
+
+
+def trace_link(flow: str, key: object, layer: str | None = None) -> str:
+    """The Migration page's address of a key's trace, relative to the page."""
+    from urllib.parse import quote
+
+    link = f"trace?flow={quote(flow, safe='')}&key={quote(str(key), safe='')}"
+    return f"{link}&layer={layer}" if layer else link
 
 
 def _holds_key(payload: str | None, flow: Flow, key: str) -> bool:
@@ -106,14 +128,13 @@ def trace(flow: Flow, tables: LayerTables, key: str) -> Trace:
     history.sort(key=receipt_order)
     events = []
     for r in history:
-        same_apply = [h for h in history if h[APPLIED_AT] == r[APPLIED_AT]]
-        beaten = any(h[flow.version] > r[flow.version] for h in same_apply)
+        beaten = superseded(flow, r, history)
         events.append(
             {
                 "version": r[flow.version],
                 "event_type": r.get("event_type"),
                 "source": r[SOURCE],
-                "source_ref": r.get(LOG_REF) or r[SOURCE_REF],
+                "source_ref": delivered_from(r),
                 "outcome": SUPERSEDED if beaten else APPLIED,
                 "rule": None,
                 "late": (r[flow.version], r[SOURCE]) in late,
@@ -148,7 +169,7 @@ def trace(flow: Flow, tables: LayerTables, key: str) -> Trace:
             "version": now[flow.version],
             "deleted": bool(now.get(IS_DELETED)),
             "source": now[SOURCE],
-            "source_ref": now.get(LOG_REF) or now[SOURCE_REF],
+            "source_ref": delivered_from(now),
             "applied_at": now[APPLIED_AT],
         }
     return Trace(key, layer, current, events)
