@@ -222,7 +222,7 @@ def explain(
     keys = sorted({str(r[flow.key]) for r in in_day if in_group(r)})
     # The key range as well as the keys: the range lets the reader skip every file whose key
     # statistics lie outside it (an IN list of thousands does not), and keys that carry their
-    # date (as most desks' trade ids do) keep a day's range to that day's files.
+    # date (as most desks' ids do) keep a day's range to that day's files.
     history = (
         rows(
             tables.history,
