@@ -142,10 +142,18 @@ def _shown(driver) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     }
 
 
+def _wait(driver, seconds: float, poll: float = 0.5) -> WebDriverWait:  # type: ignore[no-untyped-def]
+    """A wait that reads through the UI's re-renders: React replaces elements between a find and
+    a read, which surfaces as a stale reference, not as an answer."""
+    return WebDriverWait(
+        driver, seconds, poll_frequency=poll, ignored_exceptions=[StaleElementReferenceException]
+    )
+
+
 def _login(driver, airflow: LocalAirflow, then: str, user: str = USER) -> WebDriverWait:  # type: ignore[no-untyped-def]
     """Sign in as ``user`` through Airflow's login form, which then opens the UI's page
     ``then`` (whoever was signed in before is signed out first)."""
-    wait = WebDriverWait(driver, 60)
+    wait = _wait(driver, 60)
     driver.get(f"{airflow.url}/auth/login")
     driver.delete_all_cookies()
     driver.get(f"{airflow.url}/auth/login?next={urllib.parse.quote(then, safe='')}")
@@ -214,7 +222,7 @@ def test_migration_page_in_the_browser_shows_the_tables_and_promotes_through_the
     # UI sandboxes plugin frames without pop-ups).
     section = browser.find_element(By.CSS_SELECTOR, "section.flow[data-flow='trades']")
     section.find_element(By.CSS_SELECTOR, "a.report").click()
-    WebDriverWait(browser, 30, ignored_exceptions=[StaleElementReferenceException]).until(
+    _wait(browser, 30).until(
         lambda d: d.find_element(By.TAG_NAME, "h1").text == f"trades — business date {DAYS[-1]}"
     )
     assert browser.find_element(By.CSS_SELECTOR, ".verdict").text == f"{last_breaks} breaks"
@@ -233,14 +241,14 @@ def test_migration_page_in_the_browser_shows_the_tables_and_promotes_through_the
         cells = d.find_elements(By.CSS_SELECTOR, "table.members td[data-col='key']")
         return {c.text for c in cells}
 
-    WebDriverWait(browser, 60).until(lambda d: d.find_element(By.CSS_SELECTOR, "h1 .group"))
+    _wait(browser, 60).until(lambda d: d.find_element(By.CSS_SELECTOR, "h1 .group"))
     heading = browser.find_element(By.TAG_NAME, "h1").text
     assert f"book={group['book']}" in heading and f"instrument={group['instrument']}" in heading
     in_batch = members(browser)
     assert in_batch & missed, (in_batch, missed)
     browser.save_screenshot(str(tmp_path / "explain-page.png"))
     browser.find_element(By.LINK_TEXT, "The stream layer").click()
-    WebDriverWait(browser, 60).until(
+    _wait(browser, 60).until(
         lambda d: d.find_element(By.CSS_SELECTOR, "p.layer").text.startswith("The stream layer:")
     )
     assert members(browser) == in_batch - missed
@@ -252,7 +260,7 @@ def test_migration_page_in_the_browser_shows_the_tables_and_promotes_through_the
     box = browser.find_element(By.CSS_SELECTOR, "section.flow[data-flow='trades'] .promote")
     assert box.find_element(By.TAG_NAME, "button").text == "Promote to stream"
     box.find_element(By.TAG_NAME, "button").click()
-    outcome = WebDriverWait(browser, 60).until(
+    outcome = _wait(browser, 60).until(
         lambda d: d.find_element(By.CSS_SELECTOR, ".promote .outcome.refused")
     )
     assert outcome.text and outcome.text in cli.stderr
@@ -269,7 +277,7 @@ def test_migration_page_in_the_browser_shows_the_tables_and_promotes_through_the
     box.find_element(By.TAG_NAME, "button").click()
     # The page triggers streamshift_promote as the signed-in user; the run waits for a second
     # user's approval (four eyes), and the page says so, linking to where they answer.
-    awaiting = WebDriverWait(browser, 300, poll_frequency=2).until(
+    awaiting = _wait(browser, 300, poll=2).until(
         lambda d: d.find_element(By.CSS_SELECTOR, ".promote .outcome.awaiting")
     )
     assert "waiting for a second user's approval" in awaiting.text
@@ -339,7 +347,7 @@ def test_migration_page_in_the_browser_shows_the_tables_and_promotes_through_the
     Select(form.find_element(By.NAME, "flow")).select_by_visible_text(FLOW.name)
     form.find_element(By.NAME, "key").send_keys(first["trade_id"])
     form.find_element(By.TAG_NAME, "button").click()
-    WebDriverWait(browser, 60).until(
+    _wait(browser, 60).until(
         lambda d: d.find_element(By.TAG_NAME, "h1").text == f"trades key {first['trade_id']}"
     )
     traced = [
