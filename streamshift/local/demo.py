@@ -1,4 +1,5 @@
-"""The demo: one flow walked from batch through shadow to stream, on the embedded local stack.
+"""The demo: one flow walked the whole road, batch → shadow → stream → kappa, on the embedded
+local stack.
 
 1. stage ``batch``: a generated day loaded from its EOD file (poison rows among them), then
    its corrections;
@@ -8,16 +9,24 @@
    more days follow, one with a gap in the stream — reconciliation names the break and the
    gate refuses promotion until enough clean days follow;
 3. stage ``stream``: the stream misses an event, the EOD run finds it against the EOD file,
-   applies it as a correction and reconciles clean; the day's report is written.
+   produces it to the topic as a correction and reconciles clean; two more days reconcile
+   clean against their files, the evidence for kappa;
+4. stage ``kappa`` (approved by a second user): no EOD file; the day closes at its cut-off once
+   the stream has read what the topic held then, and is reconciled against the clearing
+   house's file; a late trade arrives after the close, is recorded as late, and the late-data
+   DAG re-reconciles the date; the day's report shows it.
 
-Everything lives under ``STREAMSHIFT_HOME/demo`` (emptied at the start); what the demo starts
-(broker, streaming job) it stops. Any flow with a generator can be walked (``--flow``).
+The days are the latest business days, the last one the latest whose cut-off has passed, so
+that it can close. Everything lives under ``STREAMSHIFT_HOME/demo`` (emptied at the start);
+what the demo starts (broker, streaming job) it stops. Any flow with a generator can be walked
+(``--flow``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import os
 import shutil
 import signal
@@ -31,8 +40,6 @@ from pyspark.sql import functions as F
 
 from streamshift.core.settings import Settings
 
-BATCH_DATE = dt.date(2026, 11, 19)  # loaded in stage batch
-DEMO_DATE = dt.date(2026, 11, 20)  # the first shadow day, streamed as it happens
 DEMO_ROWS = 20_000
 LATER_DAY_ROWS = 1_500
 DEMO_WINDOW = 3  # promotion window for the demo (the default setting is 5)
@@ -42,14 +49,31 @@ def _say(message: str) -> None:
     print(f"\n== {message}", flush=True)
 
 
-def _business_days(start: dt.date, n: int) -> list[dt.date]:
-    days: list[dt.date] = []
-    d = start
-    while len(days) < n:
-        d += dt.timedelta(days=1)
-        if d.weekday() < 5:
+@dataclasses.dataclass(frozen=True)
+class DemoDays:
+    """The demo's business days, oldest first; the last (kappa's) is the latest business day
+    whose cut-off plus grace has passed, so that it can close."""
+
+    batch: dt.date  # loaded in stage batch
+    first_shadow: dt.date  # the first shadow day, streamed as it happens
+    shadow: tuple[dt.date, ...]  # then four more shadow days, one with a gap in the stream
+    stream: tuple[dt.date, ...]  # three in stage stream: the evidence for kappa
+    kappa: dt.date
+
+    @classmethod
+    def ending_by(cls, cut_off_at, now: dt.datetime) -> DemoDays:  # type: ignore[no-untyped-def]
+        """``cut_off_at(date)``: when the date closes (UTC); ``now``: an aware datetime."""
+        last = now.astimezone(dt.UTC).date()
+        while last.weekday() >= 5 or cut_off_at(last) > now:
+            last -= dt.timedelta(days=1)
+        days = [last]
+        while len(days) < 10:
+            d = days[-1] - dt.timedelta(days=1)
+            while d.weekday() >= 5:
+                d -= dt.timedelta(days=1)
             days.append(d)
-    return days
+        days.reverse()
+        return cls(days[0], days[1], tuple(days[2:6]), tuple(days[6:9]), days[9])
 
 
 def run_demo(settings: Settings, flow: str, rows: int = DEMO_ROWS) -> int:
@@ -75,7 +99,7 @@ def run_demo(settings: Settings, flow: str, rows: int = DEMO_ROWS) -> int:
         spark = get_spark(settings, app_name="streamshift-demo")
         demo = _Demo(spark, settings, flow, rows, airflow)
         demo.batch_stage()
-        demo.with_stream(demo.shadow_and_stream_stages)
+        demo.with_stream(demo.shadow_stream_and_kappa_stages)
         demo.closing_words()
     finally:
         _say("stopping the local Airflow")
@@ -103,6 +127,7 @@ class _Demo:
         self.client = airflow.client()
         self.runs = 0
         self.traced: str | None = None
+        self.days = DemoDays.ending_by(self.flow.cut_off.at, dt.datetime.now(dt.UTC))
         # The DAG is paused at creation; the demo's runs are triggered, its schedule's own run
         # (for the latest business day) waits for a file the demo never lands.
         self.client.wait_for_dag(self.dag_id)
@@ -123,10 +148,17 @@ class _Demo:
             )
         return self.files[day]
 
-    def produce(self, rows) -> None:  # type: ignore[no-untyped-def]
+    def produce(self, rows, timestamp_ms: int | None = None) -> None:  # type: ignore[no-untyped-def]
         from streamshift.sources.produce import produce_rows
 
-        result = produce_rows(self.settings, self.flow, rows, topic=self.topic, progress=False)
+        result = produce_rows(
+            self.settings,
+            self.flow,
+            rows,
+            topic=self.topic,
+            progress=False,
+            timestamp_ms=timestamp_ms,
+        )
         if result.failed:
             raise RuntimeError(result.describe())
         self.produced += result.acknowledged
@@ -176,21 +208,22 @@ class _Demo:
         (folder / name).write_text("\n".join(lines) + "\n")
         return f"{day}/{name}"
 
-    def eod_run(self, day: dt.date, file: str, mode: str = "delta") -> dict:  # type: ignore[type-arg]
+    def eod_run(self, day: dt.date, file: str | None, mode: str = "delta") -> dict:  # type: ignore[type-arg]
         """The EOD side: trigger eod_<flow> over the REST API, as the UI's Trigger form does,
-        wait for it, print its published summary and the worst breaks of the day."""
-        import json
-
+        wait for it, print its published summary and the worst breaks of the day. ``file``:
+        the landed file to load (None in stage kappa, which has none)."""
         self.runs += 1
         run_id = f"demo-{self.runs:02d}-{day}"
-        conf = {"business_date": str(day), "mode": mode, "file": file}
+        conf = {"business_date": str(day), "mode": mode}
+        if file is not None:
+            conf["file"] = file
         dag_id = self.dag_id
         self.client.trigger(dag_id, conf, run_id=run_id)
         print(f"  triggered {dag_id} {run_id} with {conf}")
         print(f"  watch it: {self.airflow.url}/dags/{dag_id}/runs/{run_id}")
         run = self.client.wait_for_run(dag_id, run_id, timeout=1800, progress=False)
         states = self.client.task_states(dag_id, run_id)
-        spark_tasks = ("load_eod_file", "reconcile", "correct_stream_layer")
+        spark_tasks = ("load_eod_file", "close_day", "reconcile", "correct_stream_layer")
         ran = ", ".join(t for t in spark_tasks if states.get(t) == "success")
         skipped = ", ".join(t for t in spark_tasks if states.get(t) == "skipped")
         if run["state"] != "success":
@@ -260,25 +293,25 @@ class _Demo:
     def batch_stage(self) -> None:
         from streamshift.write.target import read
 
-        dag, view = self.dag_id, self.view
-        _say(f"stage batch: generating {self.rows} {self.flow.name} rows for {BATCH_DATE}")
-        files = self.day_files(BATCH_DATE, self.rows)
+        dag, view, day = self.dag_id, self.view, self.days.batch
+        _say(f"stage batch: generating {self.rows} {self.flow.name} rows for {day}")
+        files = self.day_files(day, self.rows)
         # The poison rows come with the day's file, a few bad rows among many as in real
         # feeds: in the small corrections file they would be over 1% of its rows, and the raw
         # suite's id-presence expectation (fail, mostly 99%) would stop the run there.
         _say(f"stage batch: the day's EOD file, poison rows among them, lands; {dag} loads it")
-        self.eod_run(BATCH_DATE, self.land(BATCH_DATE, "demo_eod.csv", files.eod, files.poison))
+        self.eod_run(day, self.land(day, "demo_eod.csv", files.eod, files.poison))
         _say(f"stage batch: a corrections (delta) file lands; {dag} again")
-        self.eod_run(BATCH_DATE, self.land(BATCH_DATE, "demo_corrections.csv", files.corrections))
+        self.eod_run(day, self.land(day, "demo_corrections.csv", files.corrections))
 
         rows = read(self.spark, self.batch.tables.view(view.name)).where(
-            F.col(self.flow.business_date) == F.lit(BATCH_DATE)
+            F.col(self.flow.business_date) == F.lit(day)
         )
         measure = next(c for c in rows.columns if c not in view.group_key)
-        _say(f"{view.name} for {BATCH_DATE}, the 10 largest by {measure} (batch layer)")
+        _say(f"{view.name} for {day}, the 10 largest by {measure} (batch layer)")
         self.print_rows(rows.orderBy(F.col(measure).desc()).limit(10))
         live = read(self.spark, self.batch.tables.current).where(
-            (F.col(self.flow.business_date) == F.lit(BATCH_DATE)) & ~self.flow.deleted()
+            (F.col(self.flow.business_date) == F.lit(day)) & ~self.flow.deleted()
         )
         print(f"{rows.count()} {view.name} rows over {live.count()} live {self.flow.name} rows")
         _say("quarantine summary (rows rejected, by rule)")
@@ -354,6 +387,10 @@ class _Demo:
         values = self.flow.retraction_values
         return bool(values) and all(row.get(c) == str(v) for c, v in values.items())
 
+    def shadow_stream_and_kappa_stages(self) -> None:
+        self.shadow_and_stream_stages()
+        self.kappa_stage()
+
     def shadow_and_stream_stages(self) -> None:
         from streamshift.sources.produce import read_rows
         from streamshift.write.target import read
@@ -362,10 +399,9 @@ class _Demo:
         _say(f"promoting {flow.name} to stage shadow: the stream layer is written beside the batch")
         self.promote("shadow")
 
-        files = self.day_files(DEMO_DATE, self.rows)
-        _say(
-            f"stage shadow: {DEMO_DATE}, the day's events on Kafka topic {self.topic} as they happen"
-        )
+        first = self.days.first_shadow
+        files = self.day_files(first, self.rows)
+        _say(f"stage shadow: {first}, the day's events on Kafka topic {self.topic} as they happen")
         self.produce(read_rows(files.eod, flow))
         self.caught_up()
 
@@ -404,17 +440,17 @@ class _Demo:
         self.produce(read_rows(files.poison, flow))
         self.caught_up()
         _say(
-            f"end of {DEMO_DATE}: the EOD files land; {self.dag_id} loads the batch layer and "
+            f"end of {first}: the EOD files land; {self.dag_id} loads the batch layer and "
             "reconciles stream vs batch (Airflow)"
         )
         self.eod_run(
-            DEMO_DATE,
-            self.land(DEMO_DATE, "demo_eod.csv", files.eod, files.corrections, files.poison),
+            first,
+            self.land(first, "demo_eod.csv", files.eod, files.corrections, files.poison),
         )
 
-        days = _business_days(DEMO_DATE, 5)
+        days = self.days.shadow
         gap_day = days[0]
-        for day in days[:4]:
+        for day in days:
             rows = read_rows(self.day_files(day, LATER_DAY_ROWS).eod, flow)
             gap = " — the stream misses 3 events today" if day == gap_day else ""
             _say(
@@ -428,7 +464,7 @@ class _Demo:
                 if self.promote("stream"):
                     break
 
-        d5 = days[4]
+        d5 = self.days.stream[0]
         rows = read_rows(self.day_files(d5, LATER_DAY_ROWS).eod, flow)
         lost = rows[7]
         _say(
@@ -446,14 +482,75 @@ class _Demo:
         print(f"  the missed {key} in the stream layer now (its source is the EOD correction):")
         self.print_rows(repaired)
 
-        from streamshift.core.heartbeat import read_status
+        self.traced = lost[key]
+        for day in self.days.stream[1:]:
+            _say(f"stage stream, {day}: the day on Kafka; the EOD run reconciles its file clean")
+            self.produce(read_rows(self.day_files(day, LATER_DAY_ROWS).eod, flow))
+            self.caught_up()
+            self.eod_run(day, self.land(day, "demo_eod.csv", self.files[day].eod))
 
+    def kappa_stage(self) -> None:
+        """Stage kappa: no EOD file; the day closes at its cut-off, a late trade after it."""
+        from streamshift.control.serving import view_rows
+        from streamshift.core.heartbeat import read_status
+        from streamshift.orchestrate.tasks import external_file
+        from streamshift.sources.produce import read_rows
+
+        flow = self.flow
+        _say(
+            f"promote to kappa? (needs the last {DEMO_WINDOW} stage-stream reconciliations of "
+            "the EOD file clean)"
+        )
+        if not self.promote("kappa"):
+            raise RuntimeError(f"the gate refused {flow.name} into kappa: see the lines above")
+        day = self.days.kappa
+        files = self.day_files(day, LATER_DAY_ROWS)
+        cut_off = flow.cut_off.at(day)
+        # The producers stamp each event with when it happened on the day: before the cut-off.
+        sent_at = int((cut_off - dt.timedelta(hours=4)).timestamp() * 1000)
+        _say(
+            f"stage kappa, {day}: the day on Kafka, no EOD file; it closes at its cut-off "
+            f"({cut_off:%Y-%m-%d %H:%M} UTC with the grace) once the stream has read what the "
+            "topic held then"
+        )
+        rows = read_rows(files.eod, flow)
+        self.produce(rows, timestamp_ms=sent_at)
+        self.caught_up()
+        external = external_file(self.settings, flow.name, str(day))
+        external.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(files.external, external)
+        print(f"  the clearing house's file for {day} lands: {external.name}")
+        self.eod_run(day, None)
+
+        late = read_rows(files.late, flow)
+        _say(
+            f"after the close: {len(late)} late {flow.name} rows for {day} arrive on Kafka; the "
+            "stream applies them and records them as late"
+        )
+        self.produce(late)
+        self.caught_up()
+        recorded = view_rows(self.settings, flow, "stream", "late_events")
+        mine = [r for r in recorded.as_dicts() if str(r.get(flow.business_date)) == str(day)]
+        print(f"  streamshift show --view late_events --layer stream: {len(mine)} for {day}")
+        dag = f"late_data_{flow.name}"
+        _say(f"{dag}: the late date is re-reconciled against the clearing house's file")
+        self.client.unpause(dag)
+        run_id = self.client.trigger(dag, {}, run_id=f"demo-late-{day}")["dag_run_id"]
+        print(f"  watch it: {self.airflow.url}/dags/{dag}/runs/{run_id}")
+        run = self.client.wait_for_run(dag, run_id, timeout=900, progress=False)
+        if run["state"] != "success":
+            raise RuntimeError(f"{dag} {run_id} {run['state']}: see its task logs in the UI")
+        self.client.pause(dag)
+        report = self.settings.reports / flow.name / str(day)
+        summary = json.loads((report / "report.json").read_text())
+        print(
+            f"  the report for {day} now: {summary['verdict']}; "
+            f"{len(summary.get('late_events') or [])} late events listed"
+        )
         for status in read_status(self.settings.home, self.settings):
             print(f"streamshift status: {status.describe()}")
-        report = self.settings.reports / flow.name / str(d5)
         self.report = (report / "report.html", report / "report.json")  # written by the DAG run
-        self.traced = lost[key]
-        self.last_day = d5
+        self.last_day = day
 
     def closing_words(self) -> None:
         html_path, json_path = self.report
@@ -467,7 +564,8 @@ class _Demo:
             f"  {env} .venv/bin/streamshift show --flow {flow} --view {view} --layer serving "
             f"--date {self.last_day}"
         )
-        print(f"  {env} .venv/bin/streamshift report --flow {flow} --date {DEMO_DATE}")
+        print(f"  {env} .venv/bin/streamshift report --flow {flow} --date {self.days.first_shadow}")
+        print(f"  {env} .venv/bin/streamshift show --flow {flow} --view late_events --layer stream")
         if self.traced is not None:  # where the row the stream missed came from
             print(f"  {env} .venv/bin/streamshift trace --flow {flow} --key '{self.traced}'")
         print(f"  {env} .venv/bin/streamshift status")
