@@ -267,7 +267,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     from streamshift.core.catalog import LayerTables
     from streamshift.core.formatting import format_table
     from streamshift.core.registry import get_flow
-    from streamshift.read.trace import COLUMNS, default_layer, table_rows, trace
+    from streamshift.read.trace import COLUMNS, default_layer, shown_ref, table_rows, trace
 
     _known_flow(args.flow)
     settings, flow = load_settings(), get_flow(args.flow)
@@ -288,7 +288,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
             "none"
             if now is None
             else f"version {now['version']}{' (deleted)' if now['deleted'] else ''} from "
-            f"{now['source_ref']}"
+            f"{shown_ref(now)}"
         )
         print(f"{flow.name} key {args.key} in the {layer} layer: current {state}")
         sys.stdout.write(format_table(COLUMNS, table_rows(found)))

@@ -1,28 +1,36 @@
 """``streamshift redrive`` on real Spark and Delta: a trade quarantined for a book the
 reference data lacked is applied once the reference feed has it, with its original line, and
 shows in its trace both ways; a row that still fails stays; a second re-drive, from Airflow,
-applies nothing twice. Oracles come from the file's rows."""
+applies nothing twice. In stage stream (real Kafka) the re-driven row goes through the topic
+and the stream job applies it, keeping its original ``topic:partition:offset``. Oracles come
+from the input rows."""
 
 from __future__ import annotations
 
 import csv
 import datetime as dt
+import time
 from dataclasses import replace
 
 import pytest
 from pyspark.sql import functions as F
 
 from flows.trades import FLOW
+from streamshift.control.cutoff import committed_offsets
+from streamshift.control.stages import promote
 from streamshift.core.catalog import ControlTables, LayerTables
+from streamshift.core.heartbeat import query_name
 from streamshift.core.requests import RedriveRequest
 from streamshift.jobs.eod import run_eod
 from streamshift.jobs.requests import run
 from streamshift.local.airflow import LocalAirflow
 from streamshift.read.tables import rows
 from streamshift.read.trace import trace
+from streamshift.sources.produce import produce_rows
 from streamshift.write.target import Target, read
 from tests.airflow_support import dag_test
 from tests.cli_support import run_cli
+from tests.stream_support import isolated, new_topic, stream_running
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow]
 
@@ -98,3 +106,62 @@ def test_redrive_applies_what_the_fixed_reference_data_lets_through_once(
                    "--layer", "batch", reference_dir=str(feed))  # fmt: skip
     assert none.returncode == 0, none.stderr
     assert "nothing to re-drive in the batch layer's quarantine --rule known_book" in none.stdout
+
+
+@pytest.mark.kafka
+def test_redrive_in_stage_stream_goes_through_the_topic_and_the_stream_applies_it(
+    spark, kafka_settings, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    feed = tmp_path / "reference"
+    here = isolated(kafka_settings, tmp_path / "home", reference_dir=str(feed))
+    promote(spark, here, FLOW.name, "shadow", by="test")
+    promote(spark, here, FLOW.name, "stream", force=True, reason="re-drive test", by="test")
+    topic = new_topic()
+    tables = LayerTables(here.warehouse, FLOW, "stream")
+    trades = [_t("K1", "EQ-US-FLOW", "BUY", 10), _t("K2", NEW_BOOK, "SELL", 7)]
+    events = [dict(zip(HEADER, t, strict=True)) for t in trades]
+    with stream_running(spark, here, topic, FLOW):
+        sent = produce_rows(here, FLOW, events, topic=topic, progress=False)
+        deadline = time.monotonic() + 300
+        while not (quarantined := rows(tables.quarantine)):
+            assert time.monotonic() < deadline, "the stream never quarantined K2"
+            time.sleep(1)
+        # The stream's delivery of K2: its topic, partition and offset.
+        [q] = quarantined
+        assert q["rule"] == "known_book"
+        origin = q["source_ref"]
+        name, partition, offset = origin.rsplit(":", 2)
+        assert name == topic and int(offset) < sent.ends[int(partition)], (origin, sent.ends)
+
+        # The reference feed gets the book; the re-drive produces K2 to the topic with its
+        # original source_ref, and waits until the stream job (which re-reads the reference
+        # data each query) has applied it.
+        (feed / FLOW.name).mkdir(parents=True)
+        shipped = [r for r in csv.reader(open(FLOW.reference[0].path, newline=""))]  # noqa: SIM115
+        with open(feed / FLOW.name / "books.csv", "w", newline="") as handle:
+            csv.writer(handle).writerows([*shipped, [NEW_BOOK, "EQUITY", "LE-US"]])
+        done = run(spark, RedriveRequest(FLOW.name, layer="stream", by="ops"), here).result
+        assert (done.tried, done.applied) == (1, 1), done.describe()
+        again = run(spark, RedriveRequest(FLOW.name, layer="stream", by="ops"), here).result
+        assert again.tried == 0
+
+    # Applied by the stream job from the topic: three messages on it, K2 once in history.
+    [k2] = rows(tables.current, where=[("trade_id", "=", "K2")])
+    assert (k2["_source"], k2["_source_ref"], k2["book"]) == ("redrive", origin, NEW_BOOK)
+    assert len(rows(tables.history, where=[("trade_id", "=", "K2")])) == 1
+    assert (
+        sum(committed_offsets(here.checkpoints / query_name(FLOW.name, "stream"), topic).values())
+        == 3
+    )
+    positions = read(spark, tables.view("positions")).where(F.col("book") == NEW_BOOK).collect()
+    assert [(p["net_quantity"], p["trade_count"]) for p in positions] == [(-7, 1)]
+    events_of_k2 = trace(FLOW, tables, "K2").events
+    # Its trace: the re-driven version keeps K2's first delivery as its source_ref, and names
+    # the message that carried it (the third on the topic) as its log_ref.
+    carried = {f"{topic}:{p}:{o}" for p, end in sent.ends.items() for o in range(end)}
+    [redriven, refused] = events_of_k2
+    assert (redriven["outcome"], redriven["source"], redriven["source_ref"]) == (
+        "applied", "redrive", origin)  # fmt: skip
+    assert redriven["log_ref"].startswith(f"{topic}:") and redriven["log_ref"] not in carried
+    assert (refused["outcome"], refused["source"], refused["source_ref"], refused["rule"]) == (
+        "quarantined", "kafka", origin, "known_book")  # fmt: skip

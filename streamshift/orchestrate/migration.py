@@ -346,7 +346,7 @@ td, th {{ padding: 2px 8px; border-bottom: 1px solid #eee; text-align: left; }}<
 
 def render_trace(settings: Any, flow: str, key: str, layer: str | None) -> str:
     """Where a key's changes went, as a page (``streamshift trace``)."""
-    from streamshift.read.trace import COLUMNS, table_rows
+    from streamshift.read.trace import COLUMNS, shown_ref, table_rows
 
     found = _trace(settings, flow, key, layer)
     rows = [dict(zip(COLUMNS, r, strict=True)) for r in table_rows(found)]
@@ -355,7 +355,7 @@ def render_trace(settings: Any, flow: str, key: str, layer: str | None) -> str:
         "no current version"
         if now is None
         else f"current version {now['version']}{' (deleted)' if now['deleted'] else ''}, "
-        f"from {now['source_ref']}"
+        f"from {shown_ref(now)}"
     )
     other = "batch" if found.layer == "stream" else "stream"
     return (

@@ -29,7 +29,7 @@ from streamshift.core.contract import APPLIED_AT, IS_DELETED, LOG_REF, SOURCE, S
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.flow import COUNT, MAX, MEAN, MIN, SUM
 from streamshift.read.tables import column_names, rows
-from streamshift.read.trace import delivered_from, receipt_order, superseded
+from streamshift.read.trace import receipt_order, shown_ref, superseded, via_log
 
 if TYPE_CHECKING:
     from streamshift.core.catalog import LayerTables
@@ -210,7 +210,8 @@ def explain(
             "key": r[flow.key],
             "version": r[flow.version],
             "source": r[SOURCE],
-            "source_ref": delivered_from(r),
+            "source_ref": r[SOURCE_REF],
+            "log_ref": via_log(r),
             "contribution": {m.name: _contribution(m, r) for m in view.measures},
         }
         for r in live
@@ -254,7 +255,8 @@ def explain(
                         "version": r[flow.version],
                         "event_type": r.get("event_type"),
                         "source": r[SOURCE],
-                        "source_ref": delivered_from(r),
+                        "source_ref": r[SOURCE_REF],
+                        "log_ref": via_log(r),
                         "applied_at": r[APPLIED_AT],
                         "moved": CHANGED if was and now else (ENTERED if now else LEFT),
                         "delta": delta,
@@ -321,11 +323,16 @@ def _signed(value: Any) -> str:
 
 
 def member_rows(found: Explanation) -> list[list[str]]:
-    return [[_text(m[c]) for c in MEMBER_COLUMNS] for m in found.members]
+    return [
+        [_text({**m, "source_ref": shown_ref(m)}[c]) for c in MEMBER_COLUMNS] for m in found.members
+    ]
 
 
 def change_rows(found: Explanation) -> list[list[str]]:
-    return [[_text(c[name], signed=True) for name in CHANGE_COLUMNS] for c in found.changes]
+    return [
+        [_text({**c, "source_ref": shown_ref(c)}[name], signed=True) for name in CHANGE_COLUMNS]
+        for c in found.changes
+    ]
 
 
 def measure_lines(found: Explanation) -> list[str]:

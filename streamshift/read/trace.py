@@ -62,6 +62,18 @@ def delivered_from(r: dict[str, Any]) -> str:
     return str(r.get(LOG_REF) or r[SOURCE_REF])
 
 
+def shown_ref(e: dict[str, Any]) -> str:
+    """An answer's ``source_ref`` as text, with the message that carried it when another."""
+    return str(e["source_ref"]) + (f" via {e['log_ref']}" if e.get("log_ref") else "")
+
+
+def via_log(r: dict[str, Any]) -> str | None:
+    """The message that carried a change whose ``source_ref`` names somewhere else (an EOD
+    correction's ``file:line``, a re-driven row's first delivery), else None."""
+    log = r.get(LOG_REF)
+    return str(log) if log and log != r[SOURCE_REF] else None
+
+
 def receipt_order(r: dict[str, Any]) -> tuple[Any, tuple[str, int]]:
     """The order a layer received history rows in: the apply's clock, then the line of a file
     or the offset of a partition."""
@@ -134,7 +146,8 @@ def trace(flow: Flow, tables: LayerTables, key: str) -> Trace:
                 "version": r[flow.version],
                 "event_type": r.get("event_type"),
                 "source": r[SOURCE],
-                "source_ref": delivered_from(r),
+                "source_ref": r[SOURCE_REF],
+                "log_ref": via_log(r),
                 "outcome": SUPERSEDED if beaten else APPLIED,
                 "rule": None,
                 "late": (r[flow.version], r[SOURCE]) in late,
@@ -155,6 +168,7 @@ def trace(flow: Flow, tables: LayerTables, key: str) -> Trace:
                     "event_type": None,
                     "source": q["source"],
                     "source_ref": q["source_ref"],
+                    "log_ref": None,
                     "outcome": QUARANTINED,
                     "rule": q["rule"],
                     "late": False,
@@ -169,7 +183,8 @@ def trace(flow: Flow, tables: LayerTables, key: str) -> Trace:
             "version": now[flow.version],
             "deleted": bool(now.get(IS_DELETED)),
             "source": now[SOURCE],
-            "source_ref": delivered_from(now),
+            "source_ref": now[SOURCE_REF],
+            "log_ref": via_log(now),
             "applied_at": now[APPLIED_AT],
         }
     return Trace(key, layer, current, events)
@@ -180,6 +195,11 @@ def table_rows(found: Trace) -> list[list[str]]:
     out = []
     for e in found.events:
         outcome = e["outcome"] + ("*" if e["current"] else "")
-        values = {**e, "outcome": outcome, "late": "late" if e["late"] else ""}
+        values = {
+            **e,
+            "source_ref": shown_ref(e),
+            "outcome": outcome,
+            "late": "late" if e["late"] else "",
+        }
         out.append(["" if values[c] is None else str(values[c]) for c in COLUMNS])
     return out
