@@ -850,8 +850,9 @@ def build_parser() -> argparse.ArgumentParser:
         "trace",
         help="where a key's changes went: every version received, its source and outcome",
         description="Every version of one key the layer received, in the order received, each "
-        "with its source and source_ref (file:line or topic:partition:offset), when it was "
-        "applied and its outcome: applied (* = still current), superseded (a higher version "
+        "with its source and source_ref (file:line or topic:partition:offset; 'via' names the "
+        "message that carried an EOD correction or a re-driven row through the topic), when it "
+        "was applied and its outcome: applied (* = still current), superseded (a higher version "
         "came in the same apply), quarantined (with the rule); late where its date was closed. "
         "Reads the Delta tables through deltalake: no Spark, no JVM.",
     )

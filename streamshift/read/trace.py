@@ -2,8 +2,9 @@
 
 For one key of one layer, every version the layer received, in the order it received them
 (the apply's clock, then the line or offset), each with where it came from (``source`` and
-``source_ref``: ``<file>:<line>`` or ``<topic>:<partition>:<offset>``), when it was applied and
-its outcome:
+``source_ref``: ``<file>:<line>`` or ``<topic>:<partition>:<offset>``; ``log_ref``: the message
+that carried it when that is another, as for an EOD correction or a re-driven row once a flow
+streams), when it was applied and its outcome:
 
 * ``applied``: it became the key's current version (``current`` marks the one that still is);
 * ``superseded``: a higher version of the key arrived in the same apply, so it never was;
