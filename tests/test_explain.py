@@ -16,6 +16,7 @@ from streamshift.core.catalog import LayerTables
 from streamshift.core.registry import get_flow
 from streamshift.jobs.eod import run_eod
 from streamshift.read.explain import CHANGED, ENTERED, LEFT, explain
+from streamshift.read.trace import trace
 from streamshift.write.target import Target
 from tests.cli_support import run_cli
 
@@ -113,6 +114,31 @@ def test_explain_names_the_members_and_every_change_that_moved_a_group(spark, tm
         assert notional["adds_up"] and isinstance(notional["members_total"], Decimal)
         # The sum of the changes' deltas is the group's value now.
         assert sum(c["delta"]["net_quantity"] for c in found.changes) == found.row["net_quantity"]
+
+    # Each key's trace: its versions in the order received, with the outcome the rows alone
+    # give — stale at or below a version received before it (t2's v2 after its v3), superseded
+    # by a higher version in the same file (t4's v1), else applied. t1's v2 sent again is
+    # stored once, so it is listed once.
+    for key in sorted({r[0] for rows in FILES for r in rows}):
+        expected, highest, seen = [], 0, set()
+        for n, rows in enumerate(FILES):
+            mine = [(line, int(r[1])) for line, r in enumerate(rows, start=2) if r[0] == key]
+            for line, version in mine:
+                if version in seen:
+                    continue
+                seen.add(version)
+                outcome = (
+                    "stale"
+                    if version <= highest
+                    else ("superseded" if any(v > version for _, v in mine) else "applied")
+                )
+                highest = max(highest, version)
+                expected.append((version, f"file{n}.csv:{line}", outcome))
+        got = [(e["version"], Path(e["source_ref"]).name, e["outcome"])
+               for e in trace(TRADES, tables, key).events]  # fmt: skip
+        assert got == expected, key
+    assert ("t2", [2]) == ("t2", [e["version"] for e in trace(TRADES, tables, "t2").events
+                                  if e["outcome"] == "stale"])  # fmt: skip
 
     # The CLI: paged changes, JSON, and a group nothing ever touched.
     group = f"book={B1},instrument={X}"

@@ -29,7 +29,7 @@ from streamshift.core.contract import APPLIED_AT, IS_DELETED, LOG_REF, SOURCE, S
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.flow import COUNT, MAX, MEAN, MIN, SUM
 from streamshift.read.tables import column_names, rows
-from streamshift.read.trace import receipt_order, shown_ref, superseded, via_log
+from streamshift.read.trace import APPLIED, outcomes, receipt_order, shown_ref, via_log
 
 if TYPE_CHECKING:
     from streamshift.core.catalog import LayerTables
@@ -148,16 +148,7 @@ def _measures(view: View, row: dict[str, Any] | None, members: list[dict[str, An
 def _effective(flow: Flow, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The versions of one key that became current, in receipt order."""
     ordered = sorted(history, key=receipt_order)
-    done: list[dict[str, Any]] = []
-    highest = None
-    for r in ordered:
-        if superseded(flow, r, ordered):
-            continue  # a higher version came in the same apply
-        if highest is not None and r[flow.version] <= highest:
-            continue  # stale: at or below a version received before it
-        highest = r[flow.version]
-        done.append(r)
-    return done
+    return [r for r, o in zip(ordered, outcomes(flow, ordered), strict=True) if o == APPLIED]
 
 
 def explain(

@@ -8,6 +8,8 @@ streams), when it was applied and its outcome:
 
 * ``applied``: it became the key's current version (``current`` marks the one that still is);
 * ``superseded``: a higher version of the key arrived in the same apply, so it never was;
+* ``stale``: at or below a version received before it (out of order, or sent again): it
+  changed nothing;
 * ``quarantined``: refused by a rule (``rule``), from the quarantine;
 
 and ``late`` where its business date was closed when it arrived. A version is recorded once,
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
     from streamshift.core.flow import Flow
     from streamshift.core.settings import Settings
 
-APPLIED, SUPERSEDED, QUARANTINED = "applied", "superseded", "quarantined"
+APPLIED, SUPERSEDED, STALE, QUARANTINED = "applied", "superseded", "stale", "quarantined"
 COLUMNS = ["version", "event_type", "source", "source_ref", "outcome", "rule", "late", "applied_at"]
 
 
@@ -89,6 +91,22 @@ def superseded(flow: Flow, r: dict[str, Any], history: list[dict[str, Any]]) -> 
     )
 
 
+def outcomes(flow: Flow, ordered: list[dict[str, Any]]) -> list[str]:
+    """Each of one key's history rows' outcome, ``ordered`` in receipt order: ``stale`` at or
+    below a version received before it (it changed nothing), ``superseded`` when a higher
+    version came in the same apply, else ``applied`` (it became the current version)."""
+    found: list[str] = []
+    highest = None
+    for r in ordered:
+        version = r[flow.version]
+        if highest is not None and version <= highest:
+            found.append(STALE)
+            continue
+        found.append(SUPERSEDED if superseded(flow, r, ordered) else APPLIED)
+        highest = version
+    return found
+
+
 def trace_link(flow: str, key: object, layer: str | None = None) -> str:
     """The Migration page's address of a key's trace, relative to the page."""
     from urllib.parse import quote
@@ -140,8 +158,7 @@ def trace(flow: Flow, tables: LayerTables, key: str) -> Trace:
     }
     history.sort(key=receipt_order)
     events = []
-    for r in history:
-        beaten = superseded(flow, r, history)
+    for r, outcome in zip(history, outcomes(flow, history), strict=True):
         events.append(
             {
                 "version": r[flow.version],
@@ -149,14 +166,14 @@ def trace(flow: Flow, tables: LayerTables, key: str) -> Trace:
                 "source": r[SOURCE],
                 "source_ref": r[SOURCE_REF],
                 "log_ref": via_log(r),
-                "outcome": SUPERSEDED if beaten else APPLIED,
+                "outcome": outcome,
                 "rule": None,
                 "late": (r[flow.version], r[SOURCE]) in late,
                 "applied_at": r[APPLIED_AT],
                 "current": now is not None
                 and r[flow.version] == now[flow.version]
                 and r[SOURCE] == now[SOURCE],
-                "groups": {} if beaten else {c: r[c] for c in group_columns},
+                "groups": {c: r[c] for c in group_columns} if outcome == APPLIED else {},
             }
         )
     # (filtered here, not by LIKE, whose escape character a key may hold)
