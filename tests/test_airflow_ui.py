@@ -292,6 +292,7 @@ def test_migration_page_in_the_browser_shows_the_tables_and_promotes_through_the
     with pytest.raises(AirflowApiError) as own:
         airflow.client(USER).respond(PROMOTE_DAG, run_id, "approve", "Approve")
     assert own.value.status == 403
+    airflow.client(USER).wait_for_input(PROMOTE_DAG, run_id, "approve")  # see its note
 
     # The approver signs in, reads the request and its evidence, and approves it.
     path = urllib.parse.urlparse(link).path
@@ -652,11 +653,7 @@ def test_a_promotion_to_stream_waits_for_a_second_user_whose_rejection_is_record
     try:
         conf = {"flow": flow, "to": "stream", "force": True, "reason": "pilot desk"}
         run_id = client.trigger(PROMOTE_DAG, conf)["dag_run_id"]
-        deadline = time.monotonic() + 300
-        while client.task_states(PROMOTE_DAG, run_id).get("approve") != "awaiting_input":
-            assert client.run(PROMOTE_DAG, run_id)["state"] in ("queued", "running")
-            assert time.monotonic() < deadline, client.task_states(PROMOTE_DAG, run_id)
-            time.sleep(2)
+        client.wait_for_input(PROMOTE_DAG, run_id, "approve", timeout=300)
         detail = client.hitl(PROMOTE_DAG, run_id, "approve")
         assert [u["id"] for u in detail["assigned_users"]] == [APPROVER]
         assert detail["subject"] == f"Promote {flow} from shadow to stream?"

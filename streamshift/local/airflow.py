@@ -567,6 +567,28 @@ class AirflowClient:
             "see the dag-processor log)"
         )
 
+    def wait_for_input(
+        self, dag_id: str, run_id: str, task_id: str, timeout: float = 600, settle: float = 8
+    ) -> None:
+        """Wait until a human-in-the-loop task awaits its answer, then ``settle`` seconds more.
+
+        Airflow 3.3.2's scheduler fails a deferred task whose answer re-queues it before the
+        scheduler has seen its worker exit ("finished with state success, but the task
+        instance's state attribute is queued", apache/airflow#67287): an answer given within a
+        second or two of the request, as a script gives it, loses the run. A person never
+        answers that fast; a script waits as long as a scheduler loop or two takes."""
+        deadline = time.monotonic() + timeout
+        while (state := self.task_states(dag_id, run_id).get(task_id)) != "awaiting_input":
+            if self.run(dag_id, run_id)["state"] in ("success", "failed"):
+                raise AirflowError(f"{dag_id} {run_id} ended before {task_id} asked for input")
+            if time.monotonic() > deadline:
+                raise AirflowError(
+                    f"{dag_id} {run_id}: {task_id} is {state}, not awaiting input, after "
+                    f"{timeout:.0f}s; see its task log"
+                )
+            time.sleep(2)
+        time.sleep(settle)
+
     def wait_for_run(
         self, dag_id: str, run_id: str, timeout: float = 900, progress: bool = True
     ) -> dict[str, Any]:

@@ -270,11 +270,7 @@ class _Demo:
         dag = "streamshift_promote"
         run_id = self.client.trigger(dag, {"flow": name, "to": to, "reason": "demo"})["dag_run_id"]
         print(f"  gate open ({change.describe()}); {dag} {run_id} waits for a second user")
-        deadline = time.monotonic() + 600
-        while self.client.task_states(dag, run_id).get("approve") != "awaiting_input":
-            if self.client.run(dag, run_id)["state"] == "failed" or time.monotonic() > deadline:
-                raise RuntimeError(f"{dag} {run_id} asked for no approval: see its task logs")
-            time.sleep(2)
+        self.client.wait_for_input(dag, run_id, "approve")
         print(f"  {APPROVER} approves under Browse → Required actions ({self.airflow.url})")
         self.airflow.client(APPROVER).respond(dag, run_id, "approve", "Approve")
         run = self.client.wait_for_run(dag, run_id, timeout=600, progress=False)
