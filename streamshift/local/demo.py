@@ -13,7 +13,7 @@ local stack.
    clean against their files, the evidence for kappa;
 4. stage ``kappa`` (approved by a second user): no EOD file; the day closes at its cut-off once
    the stream has read what the topic held then, and is reconciled against the clearing
-   house's file; a late trade arrives after the close, is recorded as late, and the late-data
+   house's file; a late event arrives after the close, is recorded as late, and the late-data
    DAG re-reconciles the date; the day's report shows it.
 
 The days are the latest business days, the last one the latest whose cut-off has passed, so
@@ -486,7 +486,7 @@ class _Demo:
             self.eod_run(day, self.land(day, "demo_eod.csv", self.files[day].eod))
 
     def kappa_stage(self) -> None:
-        """Stage kappa: no EOD file; the day closes at its cut-off, a late trade after it."""
+        """Stage kappa: no EOD file; the day closes at its cut-off, a late event after it."""
         from streamshift.control.serving import view_rows
         from streamshift.core.heartbeat import read_status
         from streamshift.orchestrate.tasks import external_file
