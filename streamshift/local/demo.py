@@ -509,8 +509,10 @@ class _Demo:
             f"({cut_off:%Y-%m-%d %H:%M} UTC with the grace) once the stream has read what the "
             "topic held then"
         )
-        rows = read_rows(files.eod, flow)
-        self.produce(rows, timestamp_ms=sent_at)
+        # The day as it happened (its events, then their corrections): what the clearing
+        # house's file was made from, so only its deliberate breaks remain.
+        self.produce(read_rows(files.eod, flow) + read_rows(files.corrections, flow),
+                     timestamp_ms=sent_at)  # fmt: skip
         self.caught_up()
         external = external_file(self.settings, flow.name, str(day))
         external.parent.mkdir(parents=True, exist_ok=True)
@@ -520,8 +522,8 @@ class _Demo:
 
         late = read_rows(files.late, flow)
         _say(
-            f"after the close: {len(late)} late {flow.name} rows for {day} arrive on Kafka; the "
-            "stream applies them and records them as late"
+            f"after the close: {len(late)} late events for {day} arrive on Kafka; the stream "
+            "applies them and records them as late"
         )
         self.produce(late)
         self.caught_up()
@@ -539,9 +541,11 @@ class _Demo:
         self.client.pause(dag)
         report = self.settings.reports / flow.name / str(day)
         summary = json.loads((report / "report.json").read_text())
+        breaks = sum(summary["breaks_by_kind"].values())
         print(
-            f"  the report for {day} now: {summary['verdict']}; "
-            f"{len(summary.get('late_events') or [])} late events listed"
+            f"  the report for {day} now: {breaks} breaks against the clearing house's file "
+            f"(the late rows moved their groups away from it); {len(summary['late_events'])} "
+            "late events listed, each linking to its trace"
         )
         for status in read_status(self.settings.home, self.settings):
             print(f"streamshift status: {status.describe()}")
