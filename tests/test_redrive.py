@@ -11,6 +11,7 @@ import csv
 import datetime as dt
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
@@ -45,6 +46,14 @@ def _t(key: str, book: str, side: str, qty: int) -> list[str]:
             "10.5", "USD"]  # fmt: skip
 
 
+def _feed_gets_the_new_book(feed: Path) -> None:
+    """The reference feed (``STREAMSHIFT_REFERENCE_DIR``) gets the shipped books plus one."""
+    (feed / FLOW.name).mkdir(parents=True)
+    shipped = [r for r in csv.reader(open(FLOW.reference[0].path, newline=""))]  # noqa: SIM115
+    with open(feed / FLOW.name / "books.csv", "w", newline="") as handle:
+        csv.writer(handle).writerows([*shipped, [NEW_BOOK, "EQUITY", "LE-US"]])
+
+
 def test_redrive_applies_what_the_fixed_reference_data_lets_through_once(
     spark, settings, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
@@ -66,10 +75,7 @@ def test_redrive_applies_what_the_fixed_reference_data_lets_through_once(
     assert first.still_failing == {"known_book": 1, "known_side": 1}
 
     # The reference feed gets the new book; the re-drive applies R2 from its original line.
-    (feed / FLOW.name).mkdir(parents=True)
-    shipped = [r for r in csv.reader(open(FLOW.reference[0].path, newline=""))]  # noqa: SIM115
-    with open(feed / FLOW.name / "books.csv", "w", newline="") as handle:
-        csv.writer(handle).writerows([*shipped, [NEW_BOOK, "EQUITY", "LE-US"]])
+    _feed_gets_the_new_book(feed)
     second = run(spark, RedriveRequest(FLOW.name, layer="batch", by="ops"), here).result
     assert (second.tried, second.applied) == (2, 1), second.describe()
     assert second.still_failing == {"known_side": 1}
@@ -136,10 +142,7 @@ def test_redrive_in_stage_stream_goes_through_the_topic_and_the_stream_applies_i
         # The reference feed gets the book; the re-drive produces K2 to the topic with its
         # original source_ref, and waits until the stream job (which re-reads the reference
         # data each query) has applied it.
-        (feed / FLOW.name).mkdir(parents=True)
-        shipped = [r for r in csv.reader(open(FLOW.reference[0].path, newline=""))]  # noqa: SIM115
-        with open(feed / FLOW.name / "books.csv", "w", newline="") as handle:
-            csv.writer(handle).writerows([*shipped, [NEW_BOOK, "EQUITY", "LE-US"]])
+        _feed_gets_the_new_book(feed)
         done = run(spark, RedriveRequest(FLOW.name, layer="stream", by="ops"), here).result
         assert (done.tried, done.applied) == (1, 1), done.describe()
         again = run(spark, RedriveRequest(FLOW.name, layer="stream", by="ops"), here).result
