@@ -197,3 +197,20 @@ def test_explain_names_the_member_setting_a_minimum_and_a_means_parts(spark, tmp
     assert (m["mean_value"]["sum"], m["mean_value"]["count"]) == (sum(numbers), 4)
     assert m["mean_value"]["adds_up"] and m["readings"]["members_total"] == 4
     assert [c["moved"] for c in found.changes] == [ENTERED] * 4
+
+
+def test_a_replacements_cancel_ranks_below_a_real_event_of_its_version_in_a_trace() -> None:
+    """Outcomes by the write path's order of precedence, on history rows as stored: a
+    replacement's synthetic cancel of v2 loses to the desk's own v2 received after it, and
+    a real v2 received before it leaves the cancel stale."""
+    from streamshift.read.trace import outcomes
+
+    def row(version: int, source: str, at: int, ref: str) -> dict[str, object]:
+        return {"version": version, "_source": source, "_applied_at": at, "_source_ref": ref}
+
+    cancel_first = [row(1, "eod", 1, "a.csv:2"), row(2, "replacement", 2, "r.csv:0"),
+                    row(2, "kafka", 3, "t:0:5")]  # fmt: skip
+    assert outcomes(TRADES, cancel_first) == ["applied", "applied", "applied"]
+    real_first = [row(1, "eod", 1, "a.csv:2"), row(2, "kafka", 2, "t:0:5"),
+                  row(2, "replacement", 3, "r.csv:0"), row(1, "kafka", 4, "t:0:6")]  # fmt: skip
+    assert outcomes(TRADES, real_first) == ["applied", "applied", "stale", "stale"]

@@ -18,6 +18,9 @@ APPLIED_AT = "_applied_at"  # stored: when the write path applied the version
 # produced to the topic keeps its file:line): the stream stores them as SOURCE and SOURCE_REF.
 SOURCE_HEADER = "streamshift.source"
 SOURCE_REF_HEADER = "streamshift.source_ref"
+# The source of a whole-day replacement's synthetic cancels: each ranks below a real event of
+# its version number, so the desk's own later version still wins.
+REPLACEMENT_SOURCE = "replacement"
 # The rule a delivery of a version held with other content is quarantined under.
 VERSION_CONFLICT_RULE = "version_conflict"
 # Where `streamshift serve`'s state processor runs (named here so the CLI's parser needs no

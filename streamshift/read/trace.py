@@ -25,7 +25,14 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from streamshift.core.contract import APPLIED_AT, IS_DELETED, LOG_REF, SOURCE, SOURCE_REF
+from streamshift.core.contract import (
+    APPLIED_AT,
+    IS_DELETED,
+    LOG_REF,
+    REPLACEMENT_SOURCE,
+    SOURCE,
+    SOURCE_REF,
+)
 from streamshift.read.tables import rows
 
 if TYPE_CHECKING:
@@ -98,12 +105,13 @@ def outcomes(flow: Flow, ordered: list[dict[str, Any]]) -> list[str]:
     found: list[str] = []
     highest = None
     for r in ordered:
-        version = r[flow.version]
-        if highest is not None and version <= highest:
+        # A replacement's synthetic cancel ranks below a real event of its version number.
+        rank = (r[flow.version], r[SOURCE] != REPLACEMENT_SOURCE)
+        if highest is not None and rank <= highest:
             found.append(STALE)
             continue
         found.append(SUPERSEDED if superseded(flow, r, ordered) else APPLIED)
-        highest = version
+        highest = rank
     return found
 
 

@@ -21,6 +21,7 @@ from streamshift.core.contract import (
     LOG_REF,
     MALFORMED,
     RAW,
+    REPLACEMENT_SOURCE,
     SOURCE,
     SOURCE_REF,
     VERSION_CONFLICT_RULE,
@@ -29,7 +30,6 @@ from streamshift.core.flow import Flow, Reference
 
 Transform = Callable[[DataFrame], DataFrame]
 
-REPLACEMENT_SOURCE = "replacement"
 # The EOD file's differences applied to the stream layer (stage stream).
 EOD_CORRECTION_SOURCE = "eod_correction"
 # Changes the EOD process makes to its own date: never late, even for a closed date (in stage
