@@ -63,15 +63,12 @@ class DemoDays:
     @classmethod
     def ending_by(cls, cut_off_at, now: dt.datetime) -> DemoDays:  # type: ignore[no-untyped-def]
         """``cut_off_at(date)``: when the date closes (UTC); ``now``: an aware datetime."""
-        last = now.astimezone(dt.UTC).date()
-        while last.weekday() >= 5 or cut_off_at(last) > now:
-            last -= dt.timedelta(days=1)
-        days = [last]
-        while len(days) < 10:
-            d = days[-1] - dt.timedelta(days=1)
-            while d.weekday() >= 5:
-                d -= dt.timedelta(days=1)
-            days.append(d)
+        days: list[dt.date] = []
+        d = now.astimezone(dt.UTC).date()
+        while len(days) < 10:  # newest first: business days, the newest one already closable
+            if d.weekday() < 5 and (days or cut_off_at(d) <= now):
+                days.append(d)
+            d -= dt.timedelta(days=1)
         days.reverse()
         return cls(days[0], days[1], tuple(days[2:6]), tuple(days[6:9]), days[9])
 
@@ -194,6 +191,13 @@ class _Demo:
         self.wait_for(
             lambda b: processed_events(b, self.topic) >= self.produced, "the stream to catch up"
         )
+
+    def streamed_day(self, day: dt.date, rows) -> dict:  # type: ignore[no-untyped-def, type-arg]
+        """A day as it happens (``rows`` on Kafka, the stream caught up), then its EOD run
+        over the day's whole file."""
+        self.produce(rows)
+        self.caught_up()
+        return self.eod_run(day, self.land(day, "demo_eod.csv", self.files[day].eod))
 
     def land(self, day: dt.date, name: str, *paths) -> str:  # type: ignore[no-untyped-def]
         """Put the files (rows concatenated under one header) in the landing folder as ``name``;
@@ -452,9 +456,7 @@ class _Demo:
             _say(
                 f"stage shadow, {day}: the day on Kafka, then the EOD load and reconciliation{gap}"
             )
-            self.produce(rows[3:] if day == gap_day else rows)
-            self.caught_up()
-            self.eod_run(day, self.land(day, "demo_eod.csv", self.files[day].eod))
+            self.streamed_day(day, rows[3:] if day == gap_day else rows)
             if day in (days[1], days[3]):  # days[1]: the gap is among the last 3 dates
                 _say(f"promote to stream? (needs the last {DEMO_WINDOW} reconciled dates clean)")
                 if self.promote("stream"):
@@ -467,9 +469,7 @@ class _Demo:
             f"stage stream, {d5}: the stream misses {key} {lost[key]}; the EOD run "
             "reconciles the EOD file against the stream layer and corrects it"
         )
-        self.produce([r for r in rows if r is not lost])
-        self.caught_up()
-        self.eod_run(d5, self.land(d5, "demo_eod.csv", self.files[d5].eod))
+        self.streamed_day(d5, [r for r in rows if r is not lost])
         repaired = (
             read(self.spark, self.stream.tables.current)
             .where(F.col(key) == F.lit(lost[key]))
@@ -481,12 +481,11 @@ class _Demo:
         self.traced = lost[key]
         for day in self.days.stream[1:]:
             _say(f"stage stream, {day}: the day on Kafka; the EOD run reconciles its file clean")
-            self.produce(read_rows(self.day_files(day, LATER_DAY_ROWS).eod, flow))
-            self.caught_up()
-            self.eod_run(day, self.land(day, "demo_eod.csv", self.files[day].eod))
+            self.streamed_day(day, read_rows(self.day_files(day, LATER_DAY_ROWS).eod, flow))
 
     def kappa_stage(self) -> None:
         """Stage kappa: no EOD file; the day closes at its cut-off, a late event after it."""
+        from streamshift.control.report import report_dir
         from streamshift.control.serving import view_rows
         from streamshift.core.heartbeat import read_status
         from streamshift.orchestrate.tasks import external_file
@@ -539,7 +538,7 @@ class _Demo:
         if run["state"] != "success":
             raise RuntimeError(f"{dag} {run_id} {run['state']}: see its task logs in the UI")
         self.client.pause(dag)
-        report = self.settings.reports / flow.name / str(day)
+        report = report_dir(self.settings, flow.name, day)
         summary = json.loads((report / "report.json").read_text())
         breaks = sum(summary["breaks_by_kind"].values())
         print(
