@@ -2,8 +2,9 @@
 started from PySpark's own distribution; each application's executor is its own JVM): an
 ``--available-now`` stream through the CLI, and one ``eod_trades`` DAG run through Airflow on an
 engine whose master is the cluster, each ending in the tables its input file gives (the oracle:
-the flow's pure transforms over the file's rows, in-process). (spark-submit's own path, ``spark_jobs/`` with the master it is given, is
-test_spark_submit's; its ``--jars`` are the ones the stream's session ships here.)"""
+the flow's pure transforms over the file's rows, in-process). (spark-submit's own path,
+``spark_jobs/`` with the master it is given, is test_spark_submit's; its ``--jars`` are the
+ones the stream's session ships here.)"""
 
 from __future__ import annotations
 
@@ -11,21 +12,19 @@ import datetime as dt
 import subprocess
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from flows.trades import FLOW
-from streamshift.core.catalog import LayerTables
 from streamshift.core.processes import free_port
 from streamshift.local.airflow import LocalAirflow
 from streamshift.local.engine import LocalEngine
 from streamshift.sources.produce import produce_rows, read_rows
-from streamshift.write.target import Target, read
+from streamshift.write.target import Target
 from tests.airflow_support import dag_test, land_day
 from tests.cli_support import CLI, cli_env
 from tests.cluster_support import SparkCluster
-from tests.stream_support import new_topic, oracle
+from tests.stream_support import new_topic, oracle, state
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.airflow, pytest.mark.slow]
 
@@ -40,18 +39,6 @@ def cluster(tmp_path: Path):  # type: ignore[no-untyped-def]
         yield spark_cluster
     finally:
         spark_cluster.stop()
-
-
-def tables(spark, settings, layer: str, columns: list[str]) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    """A layer's current state (``columns``) and positions, sorted, as the oracle gives them."""
-    t = LayerTables(settings.warehouse, FLOW, layer)
-    current = read(spark, t.current).select(*columns)
-    return {
-        "current": sorted((tuple(r) for r in current.collect()), key=repr),
-        "positions": sorted(
-            (tuple(r) for r in read(spark, t.view("positions")).collect()), key=repr
-        ),
-    }
 
 
 def test_a_stream_and_an_eod_dag_on_a_standalone_cluster_match_local_mode(  # type: ignore[no-untyped-def]
@@ -106,5 +93,5 @@ def test_a_stream_and_an_eod_dag_on_a_standalone_cluster_match_local_mode(  # ty
     for layer, day in (("stream", D1), ("batch", D2)):
         expected = oracle(spark, read_rows(files[day].eod, FLOW), reference)
         assert expected["current"] and expected["positions"]
-        got = tables(spark, on_cluster, layer, expected["state_columns"])
-        assert got == {k: expected[k] for k in ("current", "positions")}, layer
+        got = state(spark, Target.open(spark, on_cluster, FLOW, layer), expected["state_columns"])
+        assert got == {k: expected[k] for k in ("current", "history", "positions")}, layer
