@@ -103,26 +103,23 @@ def record(
 ) -> ReconResult:
     """Write the breaks and the run summary (breaks first: a run row means complete breaks)."""
     ensure_recon_tables(spark, settings)
-    breaks = breaks.persist()
-    try:
-        counts = {r["kind"]: r["count"] for r in breaks.groupBy("kind").count().collect()}
-        result.by_kind = {k: counts.get(k, 0) for k in KINDS}
-        if result.breaks:
-            append(
-                breaks.select(
-                    F.lit(result.run_id).alias("run_id"),
-                    F.lit(flow.name).alias("flow"),
-                    F.lit(result.business_date).alias("business_date"),
-                    F.lit(result.recon).alias("recon"),
-                    *BREAK_COLUMNS,
-                    F.current_timestamp().alias("found_at"),
-                ),
-                recon_breaks_path(settings),
-            )
-            worst = breaks.orderBy(F.abs(F.coalesce("difference", F.lit(float("inf")))).desc())
-            result.worst = [r.asDict() for r in worst.limit(10).collect()]
-    finally:
-        breaks.unpersist()
+    breaks = breaks.localCheckpoint()  # computed once for its counts, rows and the worst
+    counts = {r["kind"]: r["count"] for r in breaks.groupBy("kind").count().collect()}
+    result.by_kind = {k: counts.get(k, 0) for k in KINDS}
+    if result.breaks:
+        append(
+            breaks.select(
+                F.lit(result.run_id).alias("run_id"),
+                F.lit(flow.name).alias("flow"),
+                F.lit(result.business_date).alias("business_date"),
+                F.lit(result.recon).alias("recon"),
+                *BREAK_COLUMNS,
+                F.current_timestamp().alias("found_at"),
+            ),
+            recon_breaks_path(settings),
+        )
+        worst = breaks.orderBy(F.abs(F.coalesce("difference", F.lit(float("inf")))).desc())
+        result.worst = [r.asDict() for r in worst.limit(10).collect()]
     run = spark.createDataFrame(
         [
             (

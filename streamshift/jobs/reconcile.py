@@ -120,8 +120,8 @@ def _reconcile_date(
         for view in flow.views:
             _say(f"parity of {view.name} for {business_date}: batch vs stream")
             # A layer not loaded yet reads as empty.
-            left = targets["batch"].table(view.name).where(bd)
-            right = targets["stream"].table(view.name).where(bd)
+            left = targets["batch"].table(view.name).where(bd).localCheckpoint()
+            right = targets["stream"].table(view.name).where(bd).localCheckpoint()
             columns = [c for c in left.columns if c not in view.group_key]
             recon = PARITY if len(flow.views) == 1 else f"{PARITY}:{view.name}"
             result = ReconResult(
@@ -147,8 +147,13 @@ def _reconcile_date(
         view = flow.views[0]
         _say(f"external: serving {view.name} vs {against}")
         serving = _serving(flow, targets[layer], view.name, business_date)
-        external = read_external_view(spark, against, view.group_key, serving.schema).where(bd)
+        external = (
+            read_external_view(spark, against, view.group_key, serving.schema)
+            .where(bd)
+            .localCheckpoint()
+        )
         columns = [c for c in external.columns if c not in view.group_key]
+        serving = serving.select(*view.group_key, *columns).localCheckpoint()
         result = ReconResult(
             run_id,
             EXTERNAL,
@@ -164,7 +169,7 @@ def _reconcile_date(
                 settings,
                 flow,
                 compare(
-                    serving.select(*view.group_key, *columns),
+                    serving,
                     external,
                     view.group_key,
                     columns,
@@ -178,8 +183,18 @@ def _reconcile_date(
     if eod_file is not None:
         _say(f"current state vs the EOD file {eod_file}")
         reference = targets["stream"].reference
-        current = _serving(flow, targets[layer], "current", business_date)
-        in_file = _file_state(spark, flow, eod_file, business_date, reference)
+        # Both sides computed once, as the few columns compared: each query below then plans
+        # and reads a materialised input instead of the Delta table and the parsed file again.
+        current = (
+            _serving(flow, targets[layer], "current", business_date)
+            .select(flow.key, flow.version, IS_DELETED)
+            .localCheckpoint()
+        )
+        in_file = (
+            _file_state(spark, flow, eod_file, business_date, reference)
+            .select(flow.key, flow.version)
+            .localCheckpoint()
+        )
         current = _without_cancelled_absent(flow, current, in_file)
         current, in_file, late = _without_late(
             flow, targets[layer], business_date, current, in_file
@@ -249,10 +264,9 @@ def _without_late(
         .join(file_versions, F.col(flow.key) == F.col("_fk"), "left")
         .where(F.col("_fv").isNull() | (F.col(flow.version) > F.col("_fv")))
         .select(flow.key)
-    ).persist()
+    ).localCheckpoint()
     count = ahead.count()
     if not count:
-        ahead.unpersist()
         return current, in_file, 0
     return (
         current.join(ahead, flow.key, "left_anti"),
