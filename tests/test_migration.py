@@ -1,9 +1,9 @@
 """The migration story on generated days, end to end on real Kafka, Spark and Delta — for
 every flow (trades, telemetry): the kit runs them unchanged.
 
-batch for day 1; shadow for days 2-5 with a gap in the stream on day 2 (found, named, and
-blocking promotion while it is among the last three reconciled days, the promotion window);
-days 3-5 clean, so promotion to stream succeeds; in stream, day 6's missed row is repaired by
+batch for day 1; shadow for days 2-4 with a gap in the stream on day 2 (found, named, and
+blocking promotion while it is among the last two reconciled days, the promotion window);
+days 3-4 clean, so promotion to stream succeeds; in stream, day 5's missed row is repaired by
 the EOD correction and the second reconciliation is clean.
 Then the day's report renders with numbers that match the tables.
 """
@@ -35,7 +35,7 @@ from tests.stream_support import drain, isolated, new_topic, oracle
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
-DAYS = [dt.date(2026, 11, 2) + dt.timedelta(days=i) for i in range(6)]  # day 1 = DAYS[0]
+DAYS = [dt.date(2026, 11, 2) + dt.timedelta(days=i) for i in range(5)]  # day 1 = DAYS[0]
 
 
 class _Charts(HTMLParser):
@@ -54,7 +54,7 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
 ) -> None:  # type: ignore[no-untyped-def]
     FLOW = any_flow
     key, view = FLOW.key, FLOW.views[0]
-    settings = isolated(kafka_settings, tmp_path / "home", promotion_window=3)
+    settings = isolated(kafka_settings, tmp_path / "home", promotion_window=2)
     topic = new_topic(FLOW.name)
     generate_day = get_generator(FLOW.name)
     files = {
@@ -75,11 +75,11 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
     promote(spark, settings, FLOW.name, "shadow", by="test")
     assert current_stage(settings, FLOW.name) == "shadow"
 
-    # Days 2-5, stage shadow: the stream job writes the stream layer as the day goes; day 2's
+    # Days 2-4, stage shadow: the stream job writes the stream layer as the day goes; day 2's
     # stream misses two trades.
     gap_day = DAYS[1]
     missed: list[dict[str, str]] = []
-    for d in DAYS[1:5]:
+    for d in DAYS[1:4]:
         rows = read_rows(files[d].eod, FLOW)
         if d == gap_day:
             missed, rows = rows[:2], rows[2:]
@@ -90,7 +90,7 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
         run_eod(spark, batch, d, files[d].eod)
         return reconcile_date(spark, settings, FLOW, d)
 
-    for d in DAYS[1:4]:
+    for d in DAYS[1:3]:
         [parity] = eod_day(d)
         if d == gap_day:
             assert not parity.clean
@@ -104,10 +104,10 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
         promote(spark, settings, FLOW.name, "stream")
     assert f"{gap_day} had" in str(refused.value)
 
-    [parity] = eod_day(DAYS[4])
+    [parity] = eod_day(DAYS[3])
     assert parity.clean, parity.describe()
     change = promote(spark, settings, FLOW.name, "stream", by="test")
-    assert [e["business_date"] for e in change.evidence.dates] == DAYS[2:5][::-1]
+    assert [e["business_date"] for e in change.evidence.dates] == DAYS[2:4][::-1]
 
     # The serving read follows the stage: stream layer now (batch for closed dates in shadow).
     served = serving_view_rows(settings, FLOW, view.name, gap_day)
@@ -116,9 +116,9 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
     ).where(f"{FLOW.business_date} = DATE'{gap_day}'")
     assert sorted(served.rows) == sorted(tuple(r) for r in stream_positions.collect())
 
-    # Day 6, stage stream: the stream misses one trade; the EOD run reconciles the EOD file
+    # Day 5, stage stream: the stream misses one trade; the EOD run reconciles the EOD file
     # against the stream layer, applies the difference as a correction, and reconciles again.
-    last = DAYS[5]
+    last = DAYS[4]
     eod_rows = read_rows(files[last].eod, FLOW)
     corrections = read_rows(files[last].corrections, FLOW)
     corrected = {r[key] for r in corrections}
@@ -173,7 +173,7 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
     )
     assert source["_source"] == "eod_correction"
 
-    # Data quality with the flow's own suites on day 6's stream layer; the report shows it.
+    # Data quality with the flow's own suites on day 5's stream layer; the report shows it.
     quality = run_quality(spark, settings, FLOW, last, "stream", file=files[last].eod)
     assert {c.suite for c in quality.checks} == {f"{FLOW.name}.{d}" for d in datasets(FLOW.name)}
     assert len(quality.checks) >= 10 and quality.failures == [], quality.table()
@@ -204,14 +204,14 @@ def test_batch_to_shadow_to_stream_with_gate_and_eod_correction(
     )
     assert breaks_today == len(summary["worst_breaks"]) == 4
     streak = {s["business_date"]: s["breaks"] for s in summary["parity_streak"]}
-    assert set(streak) == {str(d) for d in DAYS[1:5]} and streak[str(gap_day)] > 0
+    assert set(streak) == {str(d) for d in DAYS[1:4]} and streak[str(gap_day)] > 0
     assert [(c["from_stage"], c["to_stage"]) for c in summary["stage_history"]] == [
         ("batch", "shadow"),
         ("shadow", "stream"),
     ]
 
     # Every table of the warehouse reads the same without a JVM (deltalake, what show, stage,
-    # the report and the Airflow page use) as through Spark, deletion vectors and all: day 6's
+    # the report and the Airflow page use) as through Spark, deletion vectors and all: day 5's
     # corrections applied to the batch layer after its EOD file update rows in place.
     run_eod(spark, batch, last, files[last].eod)
     run_eod(spark, batch, last, files[last].corrections)
