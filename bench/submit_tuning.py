@@ -1,4 +1,4 @@
-"""One EOD load as Airflow submits it (spark-submit spark_jobs/eod.py), bare vs tuned conf,
+"""One EOD load as Airflow submits it (spark-submit spark_jobs/run.py eod), bare vs tuned conf,
 and tuned with the driver JVM compiling with C1 only.
 
 ``bare``: what every deployment needs (Delta, UTC) and the shuffle partitions; ``tuned``: plus
@@ -63,7 +63,8 @@ def submit(conf: dict[str, str], home: Path, eod: Path, jvm_opts: str = "") -> t
             "--jars",
             ",".join(jars(settings)),
             *args,
-            str(REPO / "spark_jobs" / "eod.py"),
+            str(REPO / "spark_jobs" / "run.py"),
+            "eod",
             "--flow",
             "trades",
             "--date",

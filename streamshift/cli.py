@@ -83,7 +83,8 @@ def _known_flow(flow: str) -> str:
 
 def _cmd_maintain(args: argparse.Namespace) -> int:
     from streamshift.core.registry import get_flow
-    from streamshift.jobs.maintain import flow_tables, run_maintain
+    from streamshift.core.requests import MaintainRequest
+    from streamshift.jobs.maintain import flow_tables
 
     _known_flow(args.flow)
     settings = load_settings()
@@ -93,9 +94,7 @@ def _cmd_maintain(args: argparse.Namespace) -> int:
             "(the first EOD load or stream batch writes them)"
         )
         return 0
-    settings, spark, flow = _spark(args.flow, engine=False)
-    print(run_maintain(spark, settings, flow).describe())
-    return 0
+    return _run_request(MaintainRequest(args.flow))
 
 
 def _cmd_topics(args: argparse.Namespace) -> int:
@@ -175,10 +174,6 @@ def _spark(flow_name: str, engine: bool = True):  # type: ignore[no-untyped-def]
 
     settings = load_settings()
     flow = get_flow(flow_name)
-    if _given_session:
-        spark = _given_session[-1]
-        print(describe_session(spark), file=sys.stderr, flush=True)  # type: ignore[arg-type]
-        return settings, spark, flow
     print("starting Spark ...", file=sys.stderr, flush=True)
     spark = get_spark(settings, app_name=f"streamshift-{flow_name}", engine=engine)
     print(describe_session(spark), file=sys.stderr, flush=True)
@@ -186,18 +181,38 @@ def _spark(flow_name: str, engine: bool = True):  # type: ignore[no-untyped-def]
 
 
 def _run_request(request) -> int:  # type: ignore[no-untyped-def]
-    """Check ``request`` without a JVM, then run it in a session (the engine's when it is up)
-    and print what it did. A reconciliation that found breaks it was asked to fail on exits 1."""
-    from streamshift.jobs.requests import BreaksFound, check, run
+    """Check ``request`` without a JVM, then run it in a session (the engine's when it is up,
+    unless the job needs a JVM of its own) and print what it did. A reconciliation that found
+    breaks it was asked to fail on, or a quality run with a failing expectation, exits 1."""
+    from streamshift.jobs.requests import BreaksFound, QualityFailed, check, run
 
     check(load_settings(), request)
-    settings, spark, _flow = _spark(request.flow)
+    settings, spark, _flow = _spark(request.flow, engine=not request.needs_jvm)
     try:
         print(run(spark, request, settings).describe())
     except BreaksFound as found:
         print(str(found))
         return 1
+    except QualityFailed as failed:
+        print(failed.done.result.report())
+        print(str(failed), file=sys.stderr)
+        _report_error(str(failed))
+        return 1
     return 0
+
+
+def _cmd_request(args: argparse.Namespace) -> int:
+    from streamshift.core.requests import JobRequest
+
+    try:
+        request = JobRequest.from_json(args.json)
+    except (ValueError, TypeError) as exc:
+        raise UserError(
+            f"not a job request: {exc}; pass a JSON object with its kind and fields "
+            "(streamshift request --help)"
+        ) from None
+    _known_flow(request.flow)  # type: ignore[attr-defined]
+    return _run_request(request)
 
 
 def _cmd_eod(args: argparse.Namespace) -> int:
@@ -456,17 +471,12 @@ def _timestamp(text: str) -> dt.datetime:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from streamshift.core.registry import get_flow
-    from streamshift.jobs.replay import check_replay, replay
+    from streamshift.core.requests import ReplayRequest
 
-    # A range the broker cannot serve is refused before Spark starts.
-    check_replay(load_settings(), get_flow(args.flow), getattr(args, "from"), args.to, args.topic)
-    settings, spark, flow = _spark(args.flow)
-    result = replay(
-        spark, settings, flow, getattr(args, "from"), args.to, args.into, topic=args.topic
+    _known_flow(args.flow)
+    return _run_request(
+        ReplayRequest(args.flow, getattr(args, "from"), args.to, args.into, args.topic)
     )
-    print(result.describe())
-    return 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -524,40 +534,14 @@ def _request_approval(settings, request) -> int:  # type: ignore[no-untyped-def]
 
 
 def _cmd_quality(args: argparse.Namespace) -> int:
-    from streamshift.core.registry import get_flow
-    from streamshift.quality.project import datasets
-    from streamshift.quality.validate import (
-        data_docs_dir,
-        holds_nothing,
-        nothing_to_validate,
-        run_quality,
-        wanted_datasets,
-    )
+    from streamshift.core.requests import QualityRequest
+    from streamshift.quality.validate import data_docs_dir
 
-    if not datasets(args.flow):
-        raise UserError(
-            f"flow {args.flow!r} has no data-quality suites (expectations/gx/expectations/"
-            f"{args.flow}/); flows with suites have a folder there"
-        )
-    if args.file is not None and not args.file.exists():
-        raise UserError(f"EOD file {args.file} not found; pass an existing CSV file or no --file")
-    # What can be refused without Spark is refused before its JVM starts (~30 s here).
-    flow = get_flow(args.flow)
-    wanted_datasets(flow, args.dataset)
-    if args.file is None and holds_nothing(load_settings(), flow, args.date, args.layer):
-        raise nothing_to_validate(flow, args.date, args.layer)
-    settings, spark, flow = _spark(args.flow)
-    run = run_quality(
-        spark, settings, flow, args.date, args.layer, file=args.file, only=args.dataset or None
-    )
-    print(run.report())
-    print(f"Data Docs: {data_docs_dir(settings) / 'index.html'}")
-    if run.failures:
-        message = run.failure_line()
-        print(message, file=sys.stderr)
-        _report_error(message)
-        return 1
-    return 0
+    _known_flow(args.flow)
+    request = QualityRequest(args.flow, args.date, args.layer, args.file, tuple(args.dataset or ()))
+    code = _run_request(request)
+    print(f"Data Docs: {data_docs_dir(load_settings()) / 'index.html'}")
+    return code
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
@@ -728,9 +712,22 @@ def build_parser() -> argparse.ArgumentParser:
         "spark-submit-args",
         help="print the spark-submit options (jars, Delta, settings) for spark_jobs/ and "
         'streaming/, quoted for the shell: eval spark-submit "$(streamshift spark-submit-args)" '
-        "spark_jobs/eod.py ...",
+        "spark_jobs/run.py eod ...",
     )
     p.set_defaults(handler=_cmd_submit_args)
+
+    p = sub.add_parser(
+        "request",
+        help="run one typed job request given as JSON (what the DAGs' tasks pass, and "
+        "spark_jobs/run.py on a cluster)",
+        description="Run a job request (streamshift.core.requests): a JSON object with its "
+        '"kind" (eod, reconcile, close, promote, redrive, replay, quality, maintain) and its '
+        "fields, e.g. "
+        '{"kind": "eod", "flow": "<flow>", "business_date": "2026-11-20", "file": "f.csv"}. '
+        "The same checks and job as the command of that name.",
+    )
+    p.add_argument("json", help="the request, as JSON")
+    p.set_defaults(handler=_cmd_request)
 
     p = sub.add_parser(
         "kafka",
@@ -1111,21 +1108,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_cmd_report)
 
     return parser
-
-
-_given_session: list[object] = []  # the session run_command was handed, while it runs
-
-
-def run_command(argv: Sequence[str], spark: object) -> int:
-    """Run one command in ``spark`` (an Airflow task's session on the engine): the same
-    handlers as :func:`main`, but errors are raised to the caller, which tells a retry from
-    a final failure by ``StreamshiftError.final``."""
-    args = build_parser().parse_args(list(argv))
-    _given_session.append(spark)
-    try:
-        return int(args.handler(args))
-    finally:
-        _given_session.pop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,7 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from streamshift.core.requests import EodRequest, JobRequest, ReconcileRequest
+from streamshift.core.requests import (
+    CloseRequest,
+    EodRequest,
+    JobRequest,
+    MaintainRequest,
+    PromoteRequest,
+    QualityRequest,
+    ReconcileRequest,
+    RedriveRequest,
+    ReplayRequest,
+)
 from streamshift.core.settings import load_settings
 from streamshift.orchestrate import tasks as T
 from streamshift.orchestrate.supervise import health
@@ -173,6 +183,39 @@ def test_a_failing_job_leaves_its_one_line_error_for_the_orchestrator(tmp_path: 
     assert said.startswith("EOD file ") and said.endswith("pass the path of an existing CSV file")
     assert said in done.stderr
     assert mark == "final"  # a retry cannot fix a missing file
+
+
+def test_every_job_request_survives_its_json_with_its_types() -> None:
+    start = dt.datetime(2026, 11, 20, 8, 30, tzinfo=dt.UTC)
+    requests = [
+        EodRequest("trades", DAY, Path("/landing/f.csv"), "batch", True, quality_run="q1"),
+        ReconcileRequest("trades", DAY, against=Path("/x.csv"), parity=False, correct=True),
+        CloseRequest("trades", DAY, force=True, reason="desk closed"),
+        PromoteRequest("trades", "shadow", by="ops"),
+        RedriveRequest("trades", rule="book_known", business_date=DAY),
+        ReplayRequest("trades", start, start + dt.timedelta(hours=2), "stream", "t1"),
+        QualityRequest("trades", DAY, "stream", Path("/f.csv"), ("current", "raw")),
+        MaintainRequest("trades"),
+    ]
+    for request in requests:
+        back = JobRequest.from_json(request.to_json())
+        assert back == request and type(back) is type(request)
+    replayed = JobRequest.from_json(requests[5].to_json())
+    assert isinstance(replayed, ReplayRequest) and replayed.start.tzinfo is not None
+    assert [r.needs_jvm for r in requests] == [False] * 7 + [True]  # upkeep: its own JVM
+
+
+def test_a_request_on_the_command_line_is_checked_like_its_command(tmp_path: Path) -> None:
+    from tests.cli_support import run_cli
+
+    bad = run_cli(tmp_path, "request", '{"kind": "vacuum", "flow": "trades"}')
+    assert bad.returncode == 2 and "not a job request" in bad.stderr
+    assert "streamshift request --help" in bad.stderr
+    nothing = QualityRequest("trades", DAY, "batch")  # an empty warehouse: refused at once
+    refused = run_cli(tmp_path, "request", nothing.to_json())
+    assert refused.returncode == 2, refused.stderr
+    assert "holds no" in refused.stderr or "load the day first" in refused.stderr
+    assert "starting Spark" not in refused.stderr and "Traceback" not in refused.stderr
 
 
 def test_an_engine_task_fails_at_once_when_its_job_says_a_retry_cannot_help(

@@ -56,7 +56,8 @@ def test_spark_submit_master_wins_and_the_eod_job_loads(spark, tmp_path: Path, m
         [
             str(Path(sys.executable).parent / "spark-submit"),
             *args,
-            str(REPO / "spark_jobs" / "eod.py"),
+            str(REPO / "spark_jobs" / "run.py"),
+            "eod",
             "--flow",
             "trades",
             "--date",

@@ -25,6 +25,8 @@ class JobRequest:
     """A job's whole input; subclasses name their ``kind``."""
 
     kind: ClassVar[str] = ""
+    # Runs in a session of its own (its JVM), never on the warm engine.
+    needs_jvm: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -38,10 +40,12 @@ class JobRequest:
         values: dict[str, Any] = {"kind": self.kind}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, dt.date):
+            if isinstance(value, dt.date):  # (a datetime too)
                 value = value.isoformat()
             elif isinstance(value, Path):
                 value = str(value)
+            elif isinstance(value, tuple):
+                value = list(value)
             values[f.name] = value
         return json.dumps(values, sort_keys=True)
 
@@ -58,10 +62,14 @@ class JobRequest:
             if f.name not in data:
                 continue
             value, hint = data[f.name], str(hints[f.name])
-            if value is not None and "datetime.date" in hint:
+            if value is not None and "datetime.datetime" in hint:
+                value = dt.datetime.fromisoformat(value)
+            elif value is not None and "datetime.date" in hint:
                 value = dt.date.fromisoformat(value)
             elif value is not None and "Path" in hint:
                 value = Path(value)
+            elif isinstance(value, list):
+                value = tuple(value)
             values[f.name] = value
         return cls(**values)
 
@@ -137,3 +145,39 @@ class RedriveRequest(JobRequest):
     business_date: dt.date | None = None
     layer: str | None = None
     by: str | None = None
+
+
+@dataclass(frozen=True)
+class ReplayRequest(JobRequest):
+    """Re-apply the topic's events of a time range to a layer (``streamshift replay``)."""
+
+    kind: ClassVar[str] = "replay"
+    flow: str
+    start: dt.datetime
+    end: dt.datetime
+    into: str = "batch"
+    topic: str | None = None
+
+
+@dataclass(frozen=True)
+class QualityRequest(JobRequest):
+    """Validate a date of a layer with the flow's suites (``streamshift quality``); ``file``:
+    also the raw rows of that EOD file; ``datasets``: only those suites."""
+
+    kind: ClassVar[str] = "quality"
+    flow: str
+    business_date: dt.date
+    layer: str = "batch"
+    file: Path | None = None
+    datasets: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MaintainRequest(JobRequest):
+    """Compact, VACUUM and checkpoint the flow's tables (``streamshift maintain``). It
+    checkpoints Delta's log through the JVM, so it runs in a session of its own, never on
+    the engine (:attr:`needs_jvm`)."""
+
+    kind: ClassVar[str] = "maintain"
+    needs_jvm: ClassVar[bool] = True
+    flow: str

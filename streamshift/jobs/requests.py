@@ -20,9 +20,12 @@ from streamshift.core.requests import (
     CloseRequest,
     EodRequest,
     JobRequest,
+    MaintainRequest,
     PromoteRequest,
+    QualityRequest,
     ReconcileRequest,
     RedriveRequest,
+    ReplayRequest,
 )
 
 if TYPE_CHECKING:
@@ -35,6 +38,17 @@ class RequestRefused(StreamshiftError):
     """A request that cannot run as asked (a missing file, a flag without its partner)."""
 
     final = True
+
+
+class QualityFailed(StreamshiftError):
+    """A quality run in which an expectation with policy ``fail`` failed; ``done`` holds the
+    run, whose report names it."""
+
+    final = True
+
+    def __init__(self, message: str, done: JobDone) -> None:
+        super().__init__(message)
+        self.done = done
 
 
 class BreaksFound(StreamshiftError):
@@ -52,7 +66,8 @@ class JobDone:
     quality: str | None = None
 
     def describe(self) -> str:
-        text = self.result.describe()
+        # A quality run's own report is its table of checks and the summary line.
+        text = self.result.report() if self.request.kind == "quality" else self.result.describe()
         return f"{text}\n{self.quality}" if self.quality else text
 
 
@@ -84,6 +99,13 @@ def check(settings: Settings, request: JobRequest) -> None:
 
         _progress(f"checking {request.flow} {request.business_date}'s cut-off and offsets")
         close.check(settings, request)
+    elif isinstance(request, ReplayRequest):
+        from streamshift.jobs.replay import check_replay
+
+        # A range the broker cannot serve is refused before Spark starts.
+        check_replay(settings, get_flow(request.flow), request.start, request.end, request.topic)
+    elif isinstance(request, QualityRequest):
+        _check_quality(settings, request)
     elif isinstance(request, PromoteRequest):
         from streamshift.control.stages import APPROVED, check_promotion
 
@@ -130,6 +152,17 @@ def run(spark: SparkSession, request: JobRequest, settings: Settings | None = No
         from streamshift.jobs import redrive
 
         return JobDone(request, redrive.run(spark, request, settings))
+    elif isinstance(request, ReplayRequest):
+        from streamshift.jobs.replay import replay
+
+        r = request
+        return JobDone(r, replay(spark, settings, flow, r.start, r.end, r.into, topic=r.topic))
+    elif isinstance(request, QualityRequest):
+        return _quality_run(spark, settings, request)
+    elif isinstance(request, MaintainRequest):
+        from streamshift.jobs.maintain import run_maintain
+
+        return JobDone(request, run_maintain(spark, settings, flow))
     else:
         raise TypeError(f"no job runs {type(request).__name__}")
     quality = _quality(spark, settings, request, layer, file)
@@ -170,6 +203,39 @@ def _quality(spark, settings, request, layer, file) -> str | None:  # type: igno
         return f"flow {flow.name} has no data-quality suites: nothing to validate"
     day = request.business_day
     return run_quality(spark, settings, flow, day, layer, file=file, run_id=run_id).report()
+
+
+def _check_quality(settings: Settings, request: QualityRequest) -> None:
+    from streamshift.quality.project import datasets
+    from streamshift.quality.validate import holds_nothing, nothing_to_validate, wanted_datasets
+
+    if not datasets(request.flow):
+        raise RequestRefused(
+            f"flow {request.flow!r} has no data-quality suites (expectations/gx/expectations/"
+            f"{request.flow}/); flows with suites have a folder there"
+        )
+    if request.file is not None and not request.file.exists():
+        raise RequestRefused(
+            f"EOD file {request.file} not found; pass an existing CSV file or no --file"
+        )
+    flow = get_flow(request.flow)
+    wanted_datasets(flow, list(request.datasets))
+    if request.file is None and holds_nothing(settings, flow, request.business_date, request.layer):
+        raise nothing_to_validate(flow, request.business_date, request.layer)
+
+
+def _quality_run(spark: SparkSession, settings: Settings, request: QualityRequest) -> JobDone:
+    from streamshift.quality.validate import run_quality
+
+    r = request
+    only = list(r.datasets) or None
+    run = run_quality(
+        spark, settings, get_flow(r.flow), r.business_date, r.layer, file=r.file, only=only
+    )
+    done = JobDone(r, run)
+    if run.failures:
+        raise QualityFailed(run.failure_line(), done)
+    return done
 
 
 def _progress(message: str) -> None:

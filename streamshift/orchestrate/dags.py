@@ -29,6 +29,7 @@ from airflow.sdk import (
     task,
 )
 
+from streamshift.core.requests import MaintainRequest
 from streamshift.core.settings import REPO_ROOT, Settings, load_settings
 from streamshift.orchestrate import tasks as T
 from streamshift.orchestrate.approval import PromotionApproval
@@ -492,8 +493,8 @@ Sundays at 03:00 UTC: for every table of the flow in both layers, compaction of 
     ) as dag:
         spark_task(
             "compact_vacuum_checkpoint",
-            "spark_jobs/maintain.py",
-            ["--flow", flow],
+            "spark_jobs/run.py",
+            [MaintainRequest(flow).to_json()],
             settings,
             "Compaction, VACUUM (the tables' retention) and a log checkpoint of the flow's tables.",
         )
