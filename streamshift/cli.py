@@ -381,7 +381,7 @@ def _cmd_redrive(args: argparse.Namespace) -> int:
 
     settings, flow = load_settings(), get_flow(_known_flow(args.flow))
     layer = args.layer or default_layer(settings, flow.name)
-    found = pending(settings, flow, layer, args.rule, args.date)
+    found = pending(settings, flow.name, layer, args.rule, args.date)
     if not found:  # said without starting Spark
         scope = " ".join(f"--{k} {v}" for k, v in (("rule", args.rule), ("date", args.date)) if v)
         print(

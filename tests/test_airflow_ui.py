@@ -678,3 +678,95 @@ def test_a_promotion_to_stream_waits_for_a_second_user_whose_rejection_is_record
         ] == [(flow, USER, "rejected", APPROVER)]
     finally:
         _set_stage(spark, settings, "batch", flow)
+
+
+def test_the_page_re_drives_a_rules_quarantine_as_the_signed_in_user(  # type: ignore[no-untyped-def]
+    spark, airflow_stack, browser, tmp_path
+) -> None:
+    """The page's quarantine section, as an operator fixes what the quarantine holds: each rule
+    with the rows a re-drive would try (the counts those of the quarantine read through Spark),
+    a Re-drive button that starts ``streamshift_redrive`` for that rule as the signed-in user,
+    and, once the run is done, its outcome per row (here: the device is still unknown, so the
+    row stays, recorded as still failing). A viewer may not re-drive."""
+    from streamshift.core.registry import get_flow, get_generator
+
+    settings, client = airflow_stack
+    flow = get_flow("telemetry")
+    client.wait_for_dag("streamshift_redrive")
+    _set_stage(spark, settings, "batch", flow.name)  # the batch layer serves: no topic needed
+    day = dt.date(2027, 8, 2)
+    files = get_generator(flow.name)(day, 10, tmp_path / "day", seed=5, progress=False)
+    run_eod(spark, Target.open(spark, settings, flow, "batch"), day, files.poison)
+    batch = Target.open(spark, settings, flow, "batch")
+    quarantined = (
+        read(spark, batch.tables.quarantine)
+        .where((F.col("flow") == flow.name) & (F.col("rule") != "version_conflict"))
+        .groupBy("rule")
+        .agg(F.countDistinct("source_ref").alias("rows"))
+        .collect()
+    )
+    expected = {r["rule"]: int(r["rows"]) for r in quarantined}
+    assert expected.get("known_device") == 1, expected  # DEV-999, which the feed lacks
+
+    airflow = LocalAirflow(settings)
+    viewer = airflow.client(VIEWER)
+    status, body = _status(
+        f"{airflow.url}/streamshift/api/flows/{flow.name}/redrive",
+        token=viewer.token(),
+        method="POST",
+        body={"rule": "known_device"},
+    )
+    assert status == 403 and "may not trigger streamshift_redrive" in body["detail"]
+
+    _login_and_open(browser, airflow)
+    wait = _wait(browser, 60)
+    section = f"section.flow[data-flow='{flow.name}']"
+
+    def shown_rules() -> dict[str, int]:
+        rows = browser.find_elements(By.CSS_SELECTOR, f"{section} table.quarantine tbody tr")
+        return {
+            r.get_attribute("data-rule"): int(
+                r.find_element(By.CSS_SELECTOR, "[data-col=rows]").text
+            )
+            for r in rows
+        }
+
+    assert shown_rules() == expected
+    before = {r["dag_run_id"] for r in client.runs("streamshift_redrive", "manual")}
+    button = f"{section} tr[data-rule='known_device'] button"
+    browser.find_element(By.CSS_SELECTOR, button).click()
+    # The run's outcome, once the page reloads: the row tried, still failing, by whom.
+    redrives = f"{section} table.redrives tbody tr"
+    refused = f"{section} .redrive .outcome.refused"
+    _wait(browser, 600, poll=2).until(
+        lambda d: (
+            d.find_elements(By.CSS_SELECTOR, redrives) or d.find_elements(By.CSS_SELECTOR, refused)
+        )
+    )
+    for said in browser.find_elements(By.CSS_SELECTOR, refused):
+        raise AssertionError(f"the re-drive was refused or failed: {said.text}")
+    (run_id,) = {r["dag_run_id"] for r in client.runs("streamshift_redrive", "manual")} - before
+    run = next(r for r in client.runs("streamshift_redrive", "manual") if r["dag_run_id"] == run_id)
+    assert run["state"] == "success" and run["triggering_user_name"] == USER
+    assert run["conf"] == {"flow": flow.name, "rule": "known_device"}
+    recorded = (
+        read(spark, ControlTables(settings.warehouse).redrives)
+        .where(F.col("flow") == flow.name)
+        .collect()
+    )
+    assert [(r["rule"], r["outcome"], r["redriven_by"]) for r in recorded] == [
+        ("known_device", "still failing", USER)
+    ]
+    cells = [
+        {c.get_attribute("data-col"): c.text for c in row.find_elements(By.TAG_NAME, "td")}
+        for row in browser.find_elements(By.CSS_SELECTOR, redrives)
+    ]
+    assert [(c["source_ref"], c["outcome"], c["redriven_by"]) for c in cells] == [
+        (recorded[0]["source_ref"], "still failing", USER)
+    ]
+    wait.until(lambda d: shown_rules() == expected)  # still there: nothing was applied
+    table = browser.find_element(By.CSS_SELECTOR, f"{section} table.redrives")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", table)
+    shot = tmp_path / "migration-page-redrive.png"
+    browser.save_screenshot(str(shot))
+    print(f"screenshot of the page's quarantine after a re-drive: {shot}")

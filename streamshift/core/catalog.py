@@ -89,6 +89,11 @@ class UnknownLayerError(StreamshiftError):
     final = True
 
 
+def quarantine_path(warehouse: Path, layer: str) -> str:
+    """The layer's quarantine, which its flows share (a ``flow`` column tells them apart)."""
+    return str(warehouse / layer / "quarantine")
+
+
 @dataclass(frozen=True)
 class LayerTables:
     """Paths of one flow's tables in one layer."""
@@ -114,7 +119,7 @@ class LayerTables:
 
     @property
     def quarantine(self) -> str:
-        return self._path("quarantine")
+        return quarantine_path(self.warehouse, self.layer)
 
     @property
     def late_events(self) -> str:

@@ -127,7 +127,7 @@ def run(spark: SparkSession, request: RedriveRequest, settings: Settings) -> Red
     flow = get_flow(request.flow)
     layer = request.layer or default_layer(settings, flow.name)
     target = Target.open(spark, settings, flow, layer)
-    rows = pending(settings, flow, layer, request.rule, request.business_date)
+    rows = pending(settings, flow.name, layer, request.rule, request.business_date)
     outcomes: list[tuple[dict[str, Any], str, str | None]] = []
     readable = []
     headers: dict[Path, list[str]] = {}

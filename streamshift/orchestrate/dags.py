@@ -618,7 +618,7 @@ with the rules they fail now. A second run applies nothing twice (`control/redri
             layer = params.get("layer") or default_layer(settings, flow.name)
             day = params.get("business_date")
             day = dt.date.fromisoformat(day) if day else None
-            found = pending(settings, flow, layer, params.get("rule"), day)
+            found = pending(settings, flow.name, layer, params.get("rule"), day)
             rules = Counter(q["rule"] for q in found)
             print(f"{len(found)} quarantined rows of the {layer} layer to try: {dict(rules)}")
             user = context["dag_run"].triggering_user_name or OWNER

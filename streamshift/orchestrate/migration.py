@@ -10,6 +10,10 @@ server under ``/streamshift``, shown in the UI's navigation as an external view:
   the signed-in user, which records the change with that user as ``changed_by``;
 * ``GET  /streamshift/api/promotions/{run_id}`` — that run's state and, while it waits for a
   second user's approval, the link to Airflow's Required actions where they answer;
+* ``POST /streamshift/api/flows/{flow}/redrive`` — a ``streamshift_redrive`` run for one rule's
+  quarantined rows (or all), triggered as the signed-in user (``streamshift redrive``), and
+  ``GET /streamshift/api/redrives/{run_id}`` — that run's state; the page lists the serving
+  layer's quarantine by rule, each with a Re-drive button, and the latest outcomes;
 * ``GET  /streamshift/trace?flow=F&key=K[&layer=L]`` — where a key's changes went (the page's
   search box; ``streamshift trace``), and ``/streamshift/api/flows/{flow}/trace?key=K`` as JSON;
 * ``GET  /streamshift/explain?flow=F&view=V&date=D&group=c=v,...[&layer=L]`` — why a view row
@@ -53,6 +57,7 @@ from streamshift.core.settings import Settings, load_settings
 from streamshift.read.trace import trace_link
 
 PROMOTE_DAG = "streamshift_promote"
+REDRIVE_DAG = "streamshift_redrive"
 STREAK_DAYS = 30
 WORST = 10
 
@@ -126,6 +131,7 @@ def flow_summary(settings: Settings, flow: str) -> dict[str, Any]:
         }
     streams = [s for s in read_status(settings.home, settings) if s.flow == flow]
     following = next_stage(stage)
+    quarantine = _quarantine(settings, flow)
     next_name = following.name if following else None
     return {
         "flow": flow,
@@ -144,6 +150,7 @@ def flow_summary(settings: Settings, flow: str) -> dict[str, Any]:
         "clean_days_in_a_row": clean_run,
         "last_reconciliation": last,
         "quality": quality,
+        "quarantine": quarantine,
         "streams": [
             {
                 "layer": s.layer,
@@ -155,6 +162,30 @@ def flow_summary(settings: Settings, flow: str) -> dict[str, Any]:
             }
             for s in streams
         ],
+    }
+
+
+def _quarantine(settings: Settings, flow: str) -> dict[str, Any]:
+    """The serving layer's quarantined rows a re-drive would try, counted by rule, and the
+    latest re-drive outcomes (``control/redrives``)."""
+    from collections import Counter
+
+    from streamshift.core.catalog import ControlTables
+    from streamshift.read.quarantine import pending
+    from streamshift.read.tables import rows
+    from streamshift.read.trace import default_layer
+
+    layer = default_layer(settings, flow)
+    by_rule = Counter(q["rule"] for q in pending(settings, flow, layer))
+    outcomes = rows(
+        ControlTables(settings.warehouse).redrives,
+        where=[("flow", "=", flow), ("layer", "=", layer)],
+    )
+    latest = sorted(outcomes, key=lambda r: r["redriven_at"], reverse=True)[:WORST]
+    return {
+        "layer": layer,
+        "by_rule": [{"rule": r, "rows": n} for r, n in sorted(by_rule.items())],
+        "redrives": latest,
     }
 
 
@@ -255,6 +286,30 @@ def _flow_section(s: dict[str, Any]) -> str:
         )
     else:
         quality_html = "<p class='none'>no data-quality run yet</p>"
+    quarantine = s["quarantine"]
+    rules = "".join(
+        f"<tr data-rule='{_e(q['rule'])}'><td data-col='rule'>{_e(q['rule'])}</td>"
+        f"<td data-col='rows'>{q['rows']}</td><td><button data-flow='{_e(flow)}' "
+        f"data-rule='{_e(q['rule'])}'>Re-drive</button></td></tr>"
+        for q in quarantine["by_rule"]
+    )
+    redrive = (
+        (
+            "<div class='redrive'><table class='quarantine'><thead><tr><th>rule</th><th>rows</th>"
+            f"<th></th></tr></thead><tbody>{rules}</tbody></table><p class='outcome'></p></div>"
+        )
+        if rules
+        else "<p class='none quarantine'>nothing to re-drive</p>"
+    ) + (
+        "<h4>Latest re-drives</h4>"
+        + html_table(
+            quarantine["redrives"],
+            ["redriven_at", "source_ref", "rule", "outcome", "rules", "redriven_by"],
+            "redrives",
+        )
+        if quarantine["redrives"]
+        else ""
+    )
     evidence = s["evidence"]
     gate = (
         "gate open: the last reconciled dates are clean"
@@ -281,6 +336,8 @@ clean in a row; promotion needs {evidence["window"]})</small></h3>
 {recon}
 <h3>Data quality</h3>
 {quality_html}
+<h3>Quarantine <small>({_e(quarantine["layer"])} layer; rows a re-drive would try)</small></h3>
+{redrive}
 <h3>Stream</h3>
 <ul class="streams">{streams}</ul>
 <h3>Stage history</h3>
@@ -291,6 +348,24 @@ clean in a row; promotion needs {evidence["window"]})</small></h3>
 
 
 SCRIPT = """
+for (const button of document.querySelectorAll('.redrive button')) {
+  button.addEventListener('click', async () => {
+    const out = button.closest('.redrive').querySelector('.outcome');
+    button.disabled = true; out.className = 'outcome running'; out.textContent = 're-driving ...';
+    const resp = await fetch(`api/flows/${button.dataset.flow}/redrive`, {
+      method: 'POST', headers: {'Content-Type': 'application/json'},
+      body: JSON.stringify({rule: button.dataset.rule})});
+    const body = await resp.json();
+    if (!resp.ok) { out.className = 'outcome refused'; out.textContent = body.detail; button.disabled = false; return; }
+    out.textContent = `${body.message} (run ${body.run_id}) ...`;
+    for (;;) {
+      await new Promise(r => setTimeout(r, 3000));
+      const run = await (await fetch(`api/redrives/${encodeURIComponent(body.run_id)}`)).json();
+      if (run.state === 'success') { location.reload(); return; }
+      if (run.state === 'failed') { out.className = 'outcome refused'; out.textContent = `run ${body.run_id} failed: see its log in the DAG streamshift_redrive`; return; }
+    }
+  });
+}
 for (const button of document.querySelectorAll('.promote button')) {
   button.addEventListener('click', async () => {
     const box = button.closest('.promote'), out = box.querySelector('.outcome');
@@ -555,6 +630,37 @@ def create_app() -> Any:
     def flows() -> JSONResponse:
         return JSONResponse(jsonable_encoder(summaries(load_settings())))
 
+    def may_trigger(user: Any, dag_id: str, what: str) -> None:
+        """403 unless ``user`` may start runs of ``dag_id`` (Airflow's auth manager says)."""
+        from airflow.api_fastapi.app import get_auth_manager
+        from airflow.api_fastapi.auth.managers.models.resource_details import (
+            DagAccessEntity,
+            DagDetails,
+        )
+
+        if not get_auth_manager().is_authorized_dag(
+            method="POST",
+            access_entity=DagAccessEntity.RUN,
+            details=DagDetails(id=dag_id),
+            user=user,
+        ):
+            raise HTTPException(
+                403, f"{user.get_name()} may not trigger {dag_id}, so may not {what}"
+            )
+
+    def triggered(
+        dag_id: str, conf: dict[str, Any], request: Request, user: Any, message: str
+    ) -> JSONResponse:
+        """A run of ``dag_id`` started through Airflow's REST API as the signed-in user."""
+        run = _airflow_api(
+            "POST",
+            f"/api/v2/dags/{dag_id}/dagRuns",
+            _credential(request),
+            {"logical_date": None, "conf": conf},
+        )
+        body = {"run_id": run["dag_run_id"], "state": run["state"], "message": message}
+        return JSONResponse({**body, "by": user.get_name()}, status_code=202)
+
     class Promotion(BaseModel):
         to: str
         reason: str | None = None
@@ -563,44 +669,35 @@ def create_app() -> Any:
     def promote(
         flow: str, promotion: Promotion, request: Request, user: GetUserDep
     ) -> JSONResponse:
-        from airflow.api_fastapi.app import get_auth_manager
-        from airflow.api_fastapi.auth.managers.models.resource_details import (
-            DagAccessEntity,
-            DagDetails,
-        )
-
         from streamshift.control.stages import PromotionRefused, check_promotion
 
         known(flow)
-        if not get_auth_manager().is_authorized_dag(
-            method="POST",
-            access_entity=DagAccessEntity.RUN,
-            details=DagDetails(id=PROMOTE_DAG),
-            user=user,
-        ):
-            raise HTTPException(
-                403, f"{user.get_name()} may not trigger {PROMOTE_DAG}, so may not promote"
-            )
+        may_trigger(user, PROMOTE_DAG, "promote")
         try:
             change = check_promotion(load_settings(), flow, promotion.to, reason=promotion.reason)
         except PromotionRefused as refused:
             raise HTTPException(409, str(refused)) from None
         conf = {"flow": flow, "to": promotion.to, "force": False, "reason": promotion.reason}
-        run = _airflow_api(
-            "POST",
-            f"/api/v2/dags/{PROMOTE_DAG}/dagRuns",
-            _credential(request),
-            {"logical_date": None, "conf": conf},
-        )
-        return JSONResponse(
-            {
-                "run_id": run["dag_run_id"],
-                "state": run["state"],
-                "message": change.describe(),
-                "by": user.get_name(),
-            },
-            status_code=202,
-        )
+        return triggered(PROMOTE_DAG, conf, request, user, change.describe())
+
+    class Redrive(BaseModel):
+        rule: str | None = None
+
+    @app.post("/api/flows/{flow}/redrive")
+    def redrive(flow: str, body: Redrive, request: Request, user: GetUserDep) -> JSONResponse:
+        """Start a ``streamshift_redrive`` run for the flow (one rule's rows, or all), as the
+        signed-in user: the same job as ``streamshift redrive``."""
+        known(flow)
+        may_trigger(user, REDRIVE_DAG, "re-drive")
+        scope = f"rule {body.rule}" if body.rule else "every rule"
+        message = f"re-driving {flow}'s quarantined rows of {scope}"
+        return triggered(REDRIVE_DAG, {"flow": flow, "rule": body.rule}, request, user, message)
+
+    @app.get("/api/redrives/{run_id}")
+    def redrive_run(run_id: str, request: Request) -> dict[str, Any]:
+        path = f"/api/v2/dags/{REDRIVE_DAG}/dagRuns/{urllib.parse.quote(run_id, safe='')}"
+        run = _airflow_api("GET", path, _credential(request))
+        return {"run_id": run["dag_run_id"], "state": run["state"], "conf": run.get("conf")}
 
     @app.get("/api/promotions/{run_id}")
     def promotion(run_id: str, request: Request) -> dict[str, Any]:

@@ -6,12 +6,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING, Any
 
-from streamshift.core.catalog import ControlTables, LayerTables
+from streamshift.core.catalog import ControlTables, quarantine_path
 from streamshift.core.contract import VERSION_CONFLICT_RULE
 from streamshift.read.tables import rows as table_rows
 
 if TYPE_CHECKING:
-    from streamshift.core.flow import Flow
     from streamshift.core.settings import Settings
 
 APPLIED, STILL_FAILING, UNREADABLE = "applied", "still failing", "unreadable"
@@ -21,23 +20,24 @@ NOT_REDRIVEN = (VERSION_CONFLICT_RULE,)
 
 def pending(
     settings: Settings,
-    flow: Flow,
+    flow: str,
     layer: str,
     rule: str | None = None,
     business_date: dt.date | None = None,
 ) -> list[dict]:  # type: ignore[type-arg]
-    """The quarantined rows the request covers that no re-drive has applied yet (no JVM)."""
-    where: list[tuple[str, str, Any]] = [("flow", "=", flow.name)]
+    """The quarantined rows of ``flow`` (its name: no flow spec, so no PySpark import) the
+    request covers that no re-drive has applied yet (no JVM)."""
+    where: list[tuple[str, str, Any]] = [("flow", "=", flow)]
     if rule:
         where.append(("rule", "=", rule))
     if business_date:
         where.append(("business_date", "=", business_date))
-    quarantined = table_rows(LayerTables(settings.warehouse, flow, layer).quarantine, where=where)
+    quarantined = table_rows(quarantine_path(settings.warehouse, layer), where=where)
     done = {
         r["source_ref"]
         for r in table_rows(
             ControlTables(settings.warehouse).redrives,
-            where=[("flow", "=", flow.name), ("layer", "=", layer), ("outcome", "=", APPLIED)],
+            where=[("flow", "=", flow), ("layer", "=", layer), ("outcome", "=", APPLIED)],
         )
     }
     found: dict[str, dict] = {}  # type: ignore[type-arg]  # one per delivery (rules differ)
