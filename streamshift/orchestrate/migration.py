@@ -131,7 +131,7 @@ def flow_summary(settings: Settings, flow: str) -> dict[str, Any]:
         }
     streams = [s for s in read_status(settings.home, settings) if s.flow == flow]
     following = next_stage(stage)
-    quarantine = _quarantine(settings, flow)
+    quarantine = _quarantine(settings, flow, stage)
     next_name = following.name if following else None
     return {
         "flow": flow,
@@ -165,17 +165,17 @@ def flow_summary(settings: Settings, flow: str) -> dict[str, Any]:
     }
 
 
-def _quarantine(settings: Settings, flow: str) -> dict[str, Any]:
-    """The serving layer's quarantined rows a re-drive would try, counted by rule, and the
-    latest re-drive outcomes (``control/redrives``)."""
+def _quarantine(settings: Settings, flow: str, stage: str) -> dict[str, Any]:
+    """The quarantined rows a re-drive would try in the layer serving in ``stage`` (read
+    once for the page), counted by rule, and the latest re-drive outcomes there."""
     from collections import Counter
 
     from streamshift.core.catalog import ControlTables
     from streamshift.read.quarantine import pending
     from streamshift.read.tables import rows
-    from streamshift.read.trace import default_layer
+    from streamshift.read.trace import serving_layer_of
 
-    layer = default_layer(settings, flow)
+    layer = serving_layer_of(stage)
     by_rule = Counter(q["rule"] for q in pending(settings, flow, layer))
     outcomes = rows(
         ControlTables(settings.warehouse).redrives,

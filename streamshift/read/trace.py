@@ -147,10 +147,16 @@ def _version_of(payload: str | None, flow: Flow) -> Any:
 def default_layer(settings: Settings, flow: str) -> str:
     """The layer a trace reads unless told: the one serving readers in the flow's stage (the
     batch layer in shadow, where closed dates are served from it)."""
-    from streamshift.core.stages import stage
     from streamshift.read.control import current_stage
 
-    return "stream" if stage(current_stage(settings, flow)).serves == "stream" else "batch"
+    return serving_layer_of(current_stage(settings, flow))
+
+
+def serving_layer_of(stage_name: str) -> str:
+    """The layer that serves readers in stage ``stage_name`` (see :func:`default_layer`)."""
+    from streamshift.core.stages import stage
+
+    return "stream" if stage(stage_name).serves == "stream" else "batch"
 
 
 def trace(flow: Flow, tables: LayerTables, key: str) -> Trace:
