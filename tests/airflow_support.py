@@ -73,6 +73,20 @@ def land_day(settings: Settings, day: dt.date, trades: int = 200) -> DayFiles:
     return files
 
 
+def kill_file(settings: Settings) -> Path:
+    """Where the stack's processes look for an armed fault (``STREAMSHIFT_KILL_AFTER_COMMITS_FILE``,
+    set for them by the ``airflow_stack`` fixture)."""
+    return settings.home / "kill-after-commits"
+
+
+def arm_kill_after_commits(settings: Settings, k: int) -> Path:
+    """The next Airflow task of the stack to reach its ``k``-th Delta commit exits there (as a
+    ``kill -9`` of the task would leave it); its retry finds the file gone and runs on."""
+    path = kill_file(settings)
+    path.write_text(f"{k}\n")
+    return path
+
+
 def land_external(settings: Settings, files: DayFiles, day: dt.date) -> Path:
     target = T.external_file(settings, "trades", day.isoformat())
     shutil.copy(files.external, target)

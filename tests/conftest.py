@@ -220,8 +220,17 @@ def airflow_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         promotion_window=3,
         engine=test_engine(),  # the suite's engine: the stack starts none of its own
     )
+    from streamshift.write.commits import KILL_FILE_ENV
+    from tests.airflow_support import kill_file
+
     stack = LocalAirflow(stack_settings)
-    stack.up(progress=False)
+    # Every process of the stack can be armed to die after a commit (arm_kill_after_commits);
+    # nothing is armed until a test writes the file.
+    os.environ[KILL_FILE_ENV] = str(kill_file(stack_settings))
+    try:
+        stack.up(progress=False)
+    finally:
+        del os.environ[KILL_FILE_ENV]
     request.config.stash[_STACK] = stack
     try:
         yield stack_settings, stack.client()

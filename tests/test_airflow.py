@@ -1,11 +1,15 @@
-"""streamshift's DAGs in a real Airflow 3: integrity, dag.test(), a REST trigger as the UI does
-it, bad params, and a backfill — with real spark-submit jobs on real Delta tables."""
+"""streamshift's DAGs in a real Airflow 3: integrity, a REST trigger as the UI does it, bad
+params, a backfill, a rerun that changes nothing, and a killed load that Airflow's retry
+repairs — their Spark tasks on the suite's warm engine, on real Delta tables. (``dag.test()``
+runs the EOD DAG in test_airflow_stream, test_airflow_quality and test_cluster.)"""
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -21,10 +25,12 @@ from streamshift.core.registry import flow_names
 from streamshift.core.settings import REPO_ROOT, load_settings
 from streamshift.local.airflow import AirflowApiError, LocalAirflow, metadata_db
 from streamshift.orchestrate import tasks as T
+from streamshift.read.tables import rows
+from streamshift.sources.produce import read_rows
 from streamshift.write.target import delta_log_version
 from tests.airflow_support import (
+    arm_kill_after_commits,
     busy_writer,
-    dag_test,
     expected_positions,
     land_day,
     land_external,
@@ -34,10 +40,8 @@ from tests.cli_support import run_cli
 
 # Dates well before the latest scheduled interval, so the run the scheduler creates when a DAG
 # is unpaused (catchup off: the latest business day) never shares a date with these.
-DAG_TEST_DAY = dt.date(2026, 11, 2)
 REST_DAY = dt.date(2026, 11, 3)
 BACKFILL_DAYS = [dt.date(2026, 11, 4), dt.date(2026, 11, 5)]
-RESTART_DAY = dt.date(2026, 11, 6)
 
 INTEGRITY = """
 import json, sys, time
@@ -204,41 +208,12 @@ def test_dag_integrity(tmp_path: Path) -> None:
 
 @pytest.mark.airflow
 @pytest.mark.slow
-def test_dag_test_loads_the_day_and_a_second_run_changes_no_table(
-    spark, airflow_stack, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
-    settings, _client = airflow_stack
-    files = land_day(settings, DAG_TEST_DAY)
-    day = DAG_TEST_DAY.isoformat()
-
-    first = dag_test(settings, "eod_trades", f"{day}T22:00:00+00:00", {})
-    assert first["state"] == "success", first["output"][-4000:]
-    assert first["tasks"]["load_eod_file"] == "success"
-    assert first["tasks"]["correct_stream_layer"] == "skipped"  # stage batch
-    assert first["tasks"]["reconcile"] == "skipped"  # nothing to reconcile against
-    assert "SUMMARY trades 2026-11-02 (stage batch, delta file" in first["output"]
-
-    # The tables and the report hold the right numbers: the positions the file must give.
-    loaded = positions(spark, settings.warehouse, DAG_TEST_DAY)
-    assert loaded and loaded == expected_positions(spark, files.eod)
-    report = json.loads((settings.reports / "trades" / day / "report.json").read_text())
-    assert report["stage"] == "batch" and report["business_date"] == day
-
-    view = LayerTables(settings.warehouse, FLOW, "batch").view("positions")
-    current = LayerTables(settings.warehouse, FLOW, "batch").current
-    before = (delta_log_version(spark, view), delta_log_version(spark, current))
-    second = dag_test(settings, "eod_trades", f"{day}T22:00:00+00:00", {})
-    assert second["state"] == "success", second["output"][-4000:]
-    assert (delta_log_version(spark, view), delta_log_version(spark, current)) == before
-    assert positions(spark, settings.warehouse, DAG_TEST_DAY) == loaded
-
-
-@pytest.mark.airflow
-@pytest.mark.slow
 def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stack, request) -> None:  # type: ignore[no-untyped-def]
     """A run triggered over the REST API as the UI does, and a two-date backfill created
-    with ``streamshift airflow cli`` while it runs: their Spark jobs share the pool. Then the
-    scheduler killed -9 during a run's load: restarted, it schedules the run to its end."""
+    with ``streamshift airflow cli`` while it runs: their Spark jobs share the pool. The
+    day's file run again changes no table. Then a replacement whose load dies after its k-th
+    commit, and the scheduler killed -9 before the retry: the scheduler restarts, Airflow
+    retries the load, and the day is what the replacement says."""
     settings, client = airflow_stack
     files = land_day(settings, REST_DAY)
     land_external(settings, files, REST_DAY)
@@ -317,6 +292,9 @@ def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stac
         ("trades_eod_published", "x-streamshift://trades/eod-published", "publish_summary")
     ]
     assert events[0]["extra"] == summary
+    assert states["correct_stream_layer"] == "skipped"  # stage batch: no stream layer to correct
+    report = json.loads((settings.reports / "trades" / str(REST_DAY) / "report.json").read_text())
+    assert report["stage"] == "batch" and report["business_date"] == str(REST_DAY)
     loaded = positions(spark, settings.warehouse, REST_DAY)
     assert loaded and loaded == expected_positions(spark, files.eod)
 
@@ -334,20 +312,41 @@ def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stac
         loaded = positions(spark, settings.warehouse, day)
         assert loaded and loaded == expected_positions(spark, day_files.eod)
 
-    # The scheduler killed -9 (as Airflow's own unhandled errors end it) while a run's Spark
-    # load is running: the stack restarts it, and the run is scheduled to its end, with the
-    # day's positions right (the load, if Airflow resets and retries it, is idempotent).
-    restart_files = land_day(settings, RESTART_DAY)
-    client.trigger("eod_trades", {"business_date": str(RESTART_DAY)}, run_id="restarted")
+    # The same day's file run again changes no table of the layer.
+    tables = LayerTables(settings.warehouse, FLOW, "batch")
+    before = [delta_log_version(spark, t) for t in (tables.view("positions"), tables.current)]
+    client.trigger("eod_trades", {"business_date": str(REST_DAY)}, run_id="rest-day-again")
+    run = client.wait_for_run("eod_trades", "rest-day-again", timeout=1200)
+    assert run["state"] == "success", client.task_states("eod_trades", "rest-day-again")
+    after = [delta_log_version(spark, t) for t in (tables.view("positions"), tables.current)]
+    assert after == before
+
+    # A replacement of REST_DAY (a quarter of its trades gone: their cancels come from the
+    # tables, so the job pins its input) whose load dies right after its k-th Delta commit;
+    # while it waits for its retry the scheduler is killed -9 (as Airflow's own unhandled
+    # errors end it). The stack restarts the scheduler, which retries the load, and the day
+    # ends as one clean replacement leaves it.
+    eod_rows = read_rows(files.eod, FLOW)
+    kept = [r for i, r in enumerate(eod_rows) if i % 4 != 1]
+    replacement = files.eod.with_name("replacement.csv")
+    with open(replacement, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FLOW.columns)
+        writer.writeheader()
+        writer.writerows(kept)
+    k = random.choice([1, 2, 3])
+    armed = arm_kill_after_commits(settings, k)
+    conf = {"business_date": str(REST_DAY), "file": f"{REST_DAY}/replacement.csv"}
+    client.trigger("eod_trades", {**conf, "mode": "replace"}, run_id="restarted")
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         states = client.task_states("eod_trades", "restarted")
-        if states.get("load_eod_file") == "running" or client.run("eod_trades", "restarted")[
+        if states.get("load_eod_file") == "up_for_retry" or client.run("eod_trades", "restarted")[
             "state"
         ] in ("success", "failed"):
             break
         time.sleep(1)
-    assert states.get("load_eod_file") == "running", states
+    assert states.get("load_eod_file") == "up_for_retry", (k, states)
+    assert not armed.exists()  # the fault fired, once
     stack = LocalAirflow(settings)
     loop = stack.status().running["scheduler"]
     assert loop is not None
@@ -362,8 +361,14 @@ def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stac
     run = client.wait_for_run("eod_trades", "restarted", timeout=1200)
     states = client.task_states("eod_trades", "restarted")
     assert run["state"] == "success", states
-    loaded = positions(spark, settings.warehouse, RESTART_DAY)
-    assert loaded and loaded == expected_positions(spark, restart_files.eod)
+    load = client.get("/api/v2/dags/eod_trades/dagRuns/restarted/taskInstances/load_eod_file")
+    assert load["try_number"] >= 2, load  # the killed attempt, then Airflow's retry
+    loaded = positions(spark, settings.warehouse, REST_DAY)
+    assert loaded == expected_positions(spark, replacement), f"killed after commit {k}"
+    current = rows(LayerTables(settings.warehouse, FLOW, "batch").current)
+    live = {r["trade_id"] for r in current if str(r["business_date"]) == str(REST_DAY)}
+    live -= {r["trade_id"] for r in current if r["is_deleted"]}
+    assert live == {r["trade_id"] for r in kept}, f"killed after commit {k}"
 
 
 def _scheduler_process(loop: int) -> int | None:

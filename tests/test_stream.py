@@ -48,11 +48,12 @@ def _send_raw(settings, topic: str, messages: list[tuple[bytes | None, bytes | N
 
 
 def test_stream_and_eod_batch_reach_the_same_state(
-    spark, kafka_settings, any_flow, tmp_path, monkeypatch
+    spark, kafka_settings, tmp_path, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
     """A day plus corrections: EOD files into the batch layer, the same rows shuffled across
     partitions into the stream layer (corrections before what they correct, several
-    micro-batches) — for every flow."""
+    micro-batches). The path is the kit's, whatever the flow; every flow's stream and batch
+    layers are compared again by test_migration's parity reconciliation, once per flow."""
     from streamshift.core import heartbeat
 
     # Every heartbeat the job writes, as written (the file keeps only the latest).
@@ -64,7 +65,7 @@ def test_stream_and_eod_batch_reach_the_same_state(
         beats.append(dict(beat))
 
     monkeypatch.setattr(heartbeat, "update_heartbeat", recorded)
-    flow = any_flow
+    flow = FLOW
     day = get_generator(flow.name)(DAY, 600, tmp_path / "day", seed=21, progress=False)
     settings = isolated(kafka_settings, tmp_path / "home", max_offsets_per_trigger=250)
     topic = new_topic(flow.name)

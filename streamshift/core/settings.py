@@ -20,8 +20,14 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # Variables that are not settings, known so never reported as unknown: STREAMSHIFT_PYTHON is
 # read by scripts/setup (the shell); STREAMSHIFT_ERROR_FILE is where a job run by Airflow
-# leaves its one-line error (streamshift.cli).
-NOT_SETTINGS = {"STREAMSHIFT_PYTHON", "STREAMSHIFT_ERROR_FILE"}
+# leaves its one-line error (streamshift.cli); the two STREAMSHIFT_KILL_AFTER_COMMITS* arm the
+# write path's fault injection (streamshift.write.commits).
+NOT_SETTINGS = {
+    "STREAMSHIFT_PYTHON",
+    "STREAMSHIFT_ERROR_FILE",
+    "STREAMSHIFT_KILL_AFTER_COMMITS",
+    "STREAMSHIFT_KILL_AFTER_COMMITS_FILE",
+}
 
 
 class SettingsError(StreamshiftError, ValueError):

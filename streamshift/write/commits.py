@@ -7,7 +7,10 @@ parser, never characters of the statement). Column names come from the flow's sp
 
 Fault injection (tests, and anyone checking a deployment's recovery): with
 ``STREAMSHIFT_KILL_AFTER_COMMITS=k`` in the environment, the process exits with status 137
-(as ``kill -9`` leaves it) right after its k-th commit through this module. In-process,
+(as ``kill -9`` leaves it) right after its k-th commit through this module. With
+``STREAMSHIFT_KILL_AFTER_COMMITS_FILE=path`` instead, it does so only while ``path`` holds k,
+and removes the file as it exits: armed in a running Airflow stack, one task dies after its
+k-th commit and Airflow's retry of it runs to its end. In-process,
 :func:`kill_after` does the same without ending the process: the k-th commit raises
 :class:`SimulatedKill` once it has committed, and every later commit of the process raises it
 before committing, as if the process had died there.
@@ -26,6 +29,7 @@ from pyspark.sql import DataFrame
 from streamshift.core.sqltext import Sql, delta_path, identifier
 
 KILL_ENV = "STREAMSHIFT_KILL_AFTER_COMMITS"
+KILL_FILE_ENV = "STREAMSHIFT_KILL_AFTER_COMMITS_FILE"
 
 Assignments = Literal["*"] | Mapping[str, Sql]
 
@@ -44,6 +48,19 @@ class _Faults:
         env = os.environ.get(KILL_ENV)
         if env:
             self.limit = int(env)
+        self.armed_by = os.environ.get(KILL_FILE_ENV) or None
+
+    def _armed(self) -> bool:
+        """The process is to exit now: its count is at the armed file's k (one process
+        wins the file's removal; a retry finds no file and runs on)."""
+        try:
+            with open(self.armed_by) as handle:  # type: ignore[arg-type]
+                if int(handle.read().strip() or 0) != self.committed:
+                    return False
+            os.unlink(self.armed_by)  # type: ignore[arg-type]
+        except (OSError, ValueError):
+            return False
+        return True
 
     def before(self) -> None:
         with self.lock:
@@ -53,6 +70,10 @@ class _Faults:
     def after(self, what: str) -> None:
         with self.lock:
             self.committed += 1
+            if self.armed_by is not None and not self.in_process and self._armed():
+                print(f"[fault] exiting after commit {self.committed} ({what})", file=sys.stderr)
+                sys.stderr.flush()
+                os._exit(137)
             if self.limit is None or self.committed != self.limit:
                 return
             if not self.in_process:
