@@ -73,6 +73,10 @@ def test_promote_is_gated_and_recorded_and_reconcile_fails_on_breaks_when_asked(
         "evidence for kappa" in stage.stdout and "the EOD file vs the stream layer" in stage.stdout
     )
     assert "not enough: only 0 of the 2" in stage.stdout
+    # So the gate into kappa refuses: the shadow parity run of 2026-11-20 is no evidence for it.
+    kappa = _run(tmp_path, "promote", "--flow", "trades", "--to", "kappa")
+    assert kappa.returncode == 2, kappa.stdout + kappa.stderr
+    assert "only 0 of the 2" in kappa.stderr and "Traceback" not in kappa.stderr
     # The EOD load closed its date in both layers; later changes for it are late.
     assert "2026-11-20  batch layer  eod_load  by" in stage.stdout
     assert "2026-11-20  stream layer  eod_load  by" in stage.stdout
