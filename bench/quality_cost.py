@@ -56,7 +56,7 @@ def main() -> int:
         t0 = time.perf_counter()
         run = run_quality(spark, settings, flow, DAY, "batch", only=["current"])
         times.append(time.perf_counter() - t0)
-        print(f"[bench] validation {i + 1}: {times[-1]:.1f}s ({run.describe()})", flush=True)
+        print(f"[bench] validation {i + 1}: {times[-1]:.1f}s ({run.summary()})", flush=True)
     quality_seconds = statistics.median(times)
     print()
     print(f"trades in the day:                    {args.trades:,}")

@@ -194,7 +194,7 @@ def _run_request(request) -> int:  # type: ignore[no-untyped-def]
         print(str(found))
         return 1
     except QualityFailed as failed:
-        print(failed.done.result.report())
+        print(failed.done.result.describe())
         print(str(failed), file=sys.stderr)
         _report_error(str(failed))
         return 1

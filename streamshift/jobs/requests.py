@@ -66,8 +66,7 @@ class JobDone:
     quality: str | None = None
 
     def describe(self) -> str:
-        # A quality run's own report is its table of checks and the summary line.
-        text = self.result.report() if self.request.kind == "quality" else self.result.describe()
+        text = self.result.describe()
         return f"{text}\n{self.quality}" if self.quality else text
 
 
@@ -202,7 +201,7 @@ def _quality(spark, settings, request, layer, file) -> str | None:  # type: igno
     if not datasets(flow.name):
         return f"flow {flow.name} has no data-quality suites: nothing to validate"
     day = request.business_day
-    return run_quality(spark, settings, flow, day, layer, file=file, run_id=run_id).report()
+    return run_quality(spark, settings, flow, day, layer, file=file, run_id=run_id).describe()
 
 
 def _check_quality(settings: Settings, request: QualityRequest) -> None:

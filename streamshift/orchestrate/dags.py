@@ -369,7 +369,7 @@ the log). Backfill with
             if run is None:
                 print(f"flow {flow} has no data-quality suites: nothing to check")
                 return {}
-            print(run.report())
+            print(run.describe())
             if run.failures:
                 raise AirflowFailException(f"data_quality failed: {run.failure_line()}")
             return run.counts()

@@ -8,12 +8,13 @@ server under ``/streamshift``, shown in the UI's navigation as an external view:
 * ``POST /streamshift/api/flows/{flow}/promote`` — the promotion gate (409 with the CLI's
   message when it says no); when it says yes, a ``streamshift_promote`` DAG run triggered as
   the signed-in user, which records the change with that user as ``changed_by``;
-* ``GET  /streamshift/api/promotions/{run_id}`` — that run's state and, while it waits for a
-  second user's approval, the link to Airflow's Required actions where they answer;
 * ``POST /streamshift/api/flows/{flow}/redrive`` — a ``streamshift_redrive`` run for one rule's
-  quarantined rows (or all), triggered as the signed-in user (``streamshift redrive``), and
-  ``GET /streamshift/api/redrives/{run_id}`` — that run's state; the page lists the serving
-  layer's quarantine by rule, each with a Re-drive button, and the latest outcomes;
+  quarantined rows (or all), triggered as the signed-in user (``streamshift redrive``); the
+  page lists the serving layer's quarantine by rule, each with a Re-drive button, and the
+  latest outcomes;
+* ``GET  /streamshift/api/runs/{dag_id}/{run_id}`` — a promotion's or a re-drive's run state
+  and, while a promotion waits for a second user's approval, the link to Airflow's Required
+  actions where they answer;
 * ``GET  /streamshift/trace?flow=F&key=K[&layer=L]`` — where a key's changes went (the page's
   search box; ``streamshift trace``), and ``/streamshift/api/flows/{flow}/trace?key=K`` as JSON;
 * ``GET  /streamshift/explain?flow=F&view=V&date=D&group=c=v,...[&layer=L]`` — why a view row
@@ -348,46 +349,54 @@ clean in a row; promotion needs {evidence["window"]})</small></h3>
 
 
 SCRIPT = """
+// Both buttons start a DAG run through the page's API as the signed-in user, then follow it:
+// the page reloads when it succeeds; a refusal or a failed run is said where the button is.
+async function start(button, out, url, payload) {
+  button.disabled = true;
+  const resp = await fetch(url, {method: 'POST', headers: {'Content-Type': 'application/json'},
+    body: JSON.stringify(payload)});
+  const body = await resp.json();
+  if (resp.ok) return body;
+  out.className = 'outcome refused'; out.textContent = body.detail; button.disabled = false;
+  return null;
+}
+async function follow(out, body, dag, onPoll) {
+  for (;;) {
+    await new Promise(r => setTimeout(r, 3000));
+    const run = await (await fetch(`api/runs/${dag}/${encodeURIComponent(body.run_id)}`)).json();
+    if (run.state === 'success') { location.reload(); return; }
+    if (onPoll) onPoll(run);
+    if (run.state === 'failed') { out.className = 'outcome refused'; out.textContent = `run ${body.run_id} failed: see its log in the DAG ${dag}`; return; }
+  }
+}
 for (const button of document.querySelectorAll('.redrive button')) {
   button.addEventListener('click', async () => {
     const out = button.closest('.redrive').querySelector('.outcome');
-    button.disabled = true; out.className = 'outcome running'; out.textContent = 're-driving ...';
-    const resp = await fetch(`api/flows/${button.dataset.flow}/redrive`, {
-      method: 'POST', headers: {'Content-Type': 'application/json'},
-      body: JSON.stringify({rule: button.dataset.rule})});
-    const body = await resp.json();
-    if (!resp.ok) { out.className = 'outcome refused'; out.textContent = body.detail; button.disabled = false; return; }
+    out.className = 'outcome running'; out.textContent = 're-driving ...';
+    const body = await start(button, out, `api/flows/${button.dataset.flow}/redrive`,
+      {rule: button.dataset.rule});
+    if (!body) return;
     out.textContent = `${body.message} (run ${body.run_id}) ...`;
-    for (;;) {
-      await new Promise(r => setTimeout(r, 3000));
-      const run = await (await fetch(`api/redrives/${encodeURIComponent(body.run_id)}`)).json();
-      if (run.state === 'success') { location.reload(); return; }
-      if (run.state === 'failed') { out.className = 'outcome refused'; out.textContent = `run ${body.run_id} failed: see its log in the DAG streamshift_redrive`; return; }
-    }
+    await follow(out, body, 'streamshift_redrive');
   });
 }
 for (const button of document.querySelectorAll('.promote button')) {
   button.addEventListener('click', async () => {
     const box = button.closest('.promote'), out = box.querySelector('.outcome');
-    button.disabled = true; out.textContent = 'checking the gate ...';
+    out.textContent = 'checking the gate ...';
     const reason = box.querySelector('.reason').value || null;
-    const resp = await fetch(`api/flows/${button.dataset.flow}/promote`, {
-      method: 'POST', headers: {'Content-Type': 'application/json'},
-      body: JSON.stringify({to: button.dataset.to, reason})});
-    const body = await resp.json();
-    if (!resp.ok) { out.className = 'outcome refused'; out.textContent = body.detail; button.disabled = false; return; }
+    const body = await start(button, out, `api/flows/${button.dataset.flow}/promote`,
+      {to: button.dataset.to, reason});
+    if (!body) return;
     out.className = 'outcome running';
     out.textContent = `${body.message}: recording (run ${body.run_id}) ...`;
-    for (;;) {
-      await new Promise(r => setTimeout(r, 3000));
-      const run = await (await fetch(`api/promotions/${encodeURIComponent(body.run_id)}`)).json();
-      if (run.state === 'success') { location.reload(); return; }
-      if (run.approval) { out.className = 'outcome awaiting'; out.innerHTML = '';
-        out.append(`${body.message}: waiting for a second user's approval (run ${body.run_id}) — `);
-        const link = document.createElement('a'); link.href = run.approval; link.target = '_top';
-        link.textContent = 'Required actions'; out.append(link); }
-      if (run.state === 'failed') { out.className = 'outcome refused'; out.textContent = `run ${body.run_id} failed: see its log in the DAG streamshift_promote`; return; }
-    }
+    await follow(out, body, 'streamshift_promote', run => {
+      if (!run.approval) return;
+      out.className = 'outcome awaiting'; out.innerHTML = '';
+      out.append(`${body.message}: waiting for a second user's approval (run ${body.run_id}) — `);
+      const link = document.createElement('a'); link.href = run.approval; link.target = '_top';
+      link.textContent = 'Required actions'; out.append(link);
+    });
   });
 }
 """
@@ -693,31 +702,29 @@ def create_app() -> Any:
         message = f"re-driving {flow}'s quarantined rows of {scope}"
         return triggered(REDRIVE_DAG, {"flow": flow, "rule": body.rule}, request, user, message)
 
-    @app.get("/api/redrives/{run_id}")
-    def redrive_run(run_id: str, request: Request) -> dict[str, Any]:
-        path = f"/api/v2/dags/{REDRIVE_DAG}/dagRuns/{urllib.parse.quote(run_id, safe='')}"
-        run = _airflow_api("GET", path, _credential(request))
-        return {"run_id": run["dag_run_id"], "state": run["state"], "conf": run.get("conf")}
-
-    @app.get("/api/promotions/{run_id}")
-    def promotion(run_id: str, request: Request) -> dict[str, Any]:
+    @app.get("/api/runs/{dag_id}/{run_id}")
+    def run_state(dag_id: str, run_id: str, request: Request) -> dict[str, Any]:
+        """A promotion's or a re-drive's run, as the page follows it: its state and, while a
+        promotion waits for a second user, where they answer (Airflow's Required actions)."""
         from urllib.parse import quote
 
-        path = f"/api/v2/dags/{PROMOTE_DAG}/dagRuns/{quote(run_id, safe='')}"
+        if dag_id not in (PROMOTE_DAG, REDRIVE_DAG):
+            raise HTTPException(404, f"the page follows runs of {PROMOTE_DAG} and {REDRIVE_DAG}")
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}"
         run = _airflow_api("GET", path, _credential(request))
-        approve = _airflow_api("GET", f"{path}/taskInstances/approve", _credential(request))
-        waiting = approve.get("state") in ("awaiting_input", "deferred")
+        approval = None
+        if dag_id == PROMOTE_DAG:
+            approve = _airflow_api("GET", f"{path}/taskInstances/approve", _credential(request))
+            if approve.get("state") in ("awaiting_input", "deferred"):
+                approval = (
+                    f"../dags/{PROMOTE_DAG}/runs/{quote(run_id, safe='')}/tasks/approve/"
+                    "required_actions"
+                )
         return {
             "run_id": run["dag_run_id"],
             "state": run["state"],
             "conf": run.get("conf"),
-            # Waiting for a second user: where they answer (Airflow's Required actions).
-            "approval": (
-                f"../dags/{PROMOTE_DAG}/runs/{quote(run_id, safe='')}/tasks/approve/"
-                "required_actions"
-                if waiting
-                else None
-            ),
+            "approval": approval,
         }
 
     @app.get("/reports/{flow}/{day}")

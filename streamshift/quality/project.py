@@ -135,16 +135,17 @@ class QualityRun:
             ["suite", "expectation", "policy", "observed", "threshold", "result"], rows
         )
 
-    def describe(self) -> str:
+    def summary(self) -> str:
         n = self.counts()
         return (
             f"data quality of {self.flow} {self.business_date} ({self.layer} layer): "
             f"{n['pass']} pass, {n['warn']} warn, {n['FAIL']} fail"
         )
 
-    def report(self) -> str:
-        """The table of checks and the summary line with the run's id, as jobs print it."""
-        return f"{self.table()}{self.describe()} (run {self.run_id})"
+    def describe(self) -> str:
+        """What the job says it did, as every job result does: the table of checks and the
+        summary line with the run's id."""
+        return f"{self.table()}{self.summary()} (run {self.run_id})"
 
     def failure_line(self) -> str:
         """One line naming each failing expectation, its observed value and threshold."""
