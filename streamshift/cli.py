@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -236,7 +235,7 @@ def _serving_layer_argument(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from streamshift.core.formatting import format_table
+    from streamshift.core.formatting import format_table, json_text
     from streamshift.read import explain as ex
 
     flow = _known_flow(args.flow)
@@ -255,7 +254,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         raise UserError(str(e)) from None
     view, layer = found.view, found.layer
     if args.format == "json":
-        print(json.dumps(found.as_json(), default=str, indent=2))
+        print(json_text(found.as_json()))
         return 0 if found.row or found.changes_total else 1
     named = ", ".join(f"{k}={v}" for k, v in found.group.items())
     if found.row is None and not found.changes_total:
@@ -280,7 +279,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 def _cmd_trace(args: argparse.Namespace) -> int:
     from streamshift.core.catalog import LayerTables
-    from streamshift.core.formatting import format_table
+    from streamshift.core.formatting import format_table, json_text
     from streamshift.core.registry import get_flow
     from streamshift.read.trace import COLUMNS, default_layer, shown_ref, table_rows, trace
 
@@ -289,7 +288,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     layer = args.layer or default_layer(settings, flow.name)
     found = trace(flow, LayerTables(settings.warehouse, flow, layer), args.key)
     if args.format == "json":
-        print(json.dumps(found.as_json(), default=str, indent=2))
+        print(json_text(found.as_json()))
     elif not found.events:
         print(
             f"{flow.name}: the {layer} layer has received nothing for key {args.key!r} "

@@ -1,9 +1,11 @@
 """Tables for people: the CLI, the demo and task logs print rows through here as plain text;
-the HTML report and the Migration page show theirs through ``html_table``."""
+the HTML report and the Migration page show theirs through ``html_table``; the CLI's JSON
+answers through ``json_text``."""
 
 from __future__ import annotations
 
 import html
+import json
 from collections.abc import Mapping, Sequence
 
 
@@ -19,6 +21,24 @@ def format_table(columns: list[str], rows: list[list[str]]) -> str:
         for r in rows
     ]
     return "\n".join(lines) + "\n"
+
+
+def json_text(document: Mapping[str, object]) -> str:
+    """A JSON object, one field per line and a list's items one per line, each compact: as
+    readable as ``indent=2`` for an answer of thousands of rows, and written by the json
+    module's C encoder, which ``indent`` turns off (bench/trace_explain.py).
+    Values it cannot encode are written as text (dates, decimals)."""
+
+    def compact(value: object) -> str:
+        return json.dumps(value, default=str, separators=(", ", ": "))
+
+    def field(value: object) -> str:
+        if isinstance(value, list) and value:
+            return "[\n" + ",\n".join(f"    {compact(v)}" for v in value) + "\n  ]"
+        return compact(value)
+
+    fields = [f"  {json.dumps(k)}: {field(v)}" for k, v in document.items()]
+    return "{\n" + ",\n".join(fields) + "\n}" if fields else "{}"
 
 
 def cell(value: object) -> str:

@@ -47,6 +47,33 @@ def exists(path: str | Path) -> bool:
     return (Path(path) / "_delta_log").is_dir()
 
 
+# Each table's last opened snapshot, by path, with the newest log entry it was opened at. An
+# answer reads a table more than once (explain: the view, current state and history twice
+# each), and opening one replays its log (bench/trace_explain.py). A commit
+# adds a log entry, so a changed table is opened again.
+_OPENED: dict[str, tuple[str, Any]] = {}  # path -> (newest commit, DeltaTable)
+
+
+def _opened(path: str | Path) -> Any:
+    """The table's ``DeltaTable``, as of its newest commit."""
+    import os
+
+    from deltalake import DeltaTable
+
+    name = str(path)
+    log = Path(name) / "_delta_log"
+    commits = (e for e in os.listdir(log) if e.endswith(".json"))
+    newest = max(commits, default="")
+    # With its time: a table deleted and written again at the same path starts over at 0.
+    newest += f"@{(log / newest).stat().st_mtime_ns}" if newest else ""
+    known = _OPENED.get(name)
+    if known is not None and known[0] == newest:
+        return known[1]
+    table = DeltaTable(name)
+    _OPENED[name] = (newest, table)
+    return table
+
+
 def query(sql: str, tables: dict[str, str | Path]) -> pa.Table:
     """Run DataFusion SQL over Delta tables registered under the given names.
 
@@ -54,11 +81,11 @@ def query(sql: str, tables: dict[str, str | Path]) -> pa.Table:
     first or use :func:`rows`, which reads it as no rows.
     """
     import pyarrow as pa
-    from deltalake import DeltaTable, QueryBuilder
+    from deltalake import QueryBuilder
 
     builder = QueryBuilder()
     for name, path in tables.items():
-        builder = builder.register(name, DeltaTable(str(path)))
+        builder = builder.register(name, _opened(path))
     # From the Arrow stream: pa.table() would first ask whether its argument is a pandas
     # DataFrame, and so import pandas (~1 s of every read command's start).
     return _naive_utc(pa.RecordBatchReader.from_stream(builder.execute(sql)).read_all())
@@ -108,9 +135,7 @@ def column_names(path: str | Path) -> list[str]:
     """The table's columns (from its log; no data read); none when it was never written."""
     if not exists(path):
         return []
-    from deltalake import DeltaTable
-
-    return [f.name for f in DeltaTable(str(path)).schema().fields]
+    return [f.name for f in _opened(path).schema().fields]
 
 
 def delta_tables(root: str | Path) -> list[Path]:
