@@ -547,6 +547,15 @@ def _status(
         return exc.code, json.loads(exc.read().decode() or "null")
 
 
+def _refused_to_viewer(airflow: LocalAirflow, route: str, body: Any, dag_id: str) -> None:
+    """A viewer's POST to one of the page's ``route``s is refused: it may not trigger ``dag_id``."""
+    viewer = airflow.client(VIEWER)
+    status, answer = _status(
+        f"{airflow.url}/streamshift/{route}", token=viewer.token(), method="POST", body=body
+    )
+    assert status == 403 and f"may not trigger {dag_id}" in answer["detail"]
+
+
 def test_the_page_api_needs_an_airflow_user_and_the_api_server_runs_no_jvm(airflow_stack) -> None:  # type: ignore[no-untyped-def]
     settings, client = airflow_stack
     airflow = LocalAirflow(settings)
@@ -564,15 +573,8 @@ def test_the_page_api_needs_an_airflow_user_and_the_api_server_runs_no_jvm(airfl
     assert by_flow["trades"]["stage"] == current_stage(settings, "trades")
 
     # A viewer sees the page but may not promote (it may not trigger streamshift_promote).
-    viewer = airflow.client(VIEWER)
-    assert _status(flows, token=viewer.token())[0] == 200
-    status, body = _status(
-        f"{airflow.url}/streamshift/api/flows/trades/promote",
-        token=viewer.token(),
-        method="POST",
-        body={"to": "kappa"},
-    )
-    assert status == 403 and "may not trigger streamshift_promote" in body["detail"]
+    assert _status(flows, token=airflow.client(VIEWER).token())[0] == 200
+    _refused_to_viewer(airflow, "api/flows/trades/promote", {"to": "kappa"}, "streamshift_promote")
 
     # Serving all of that started no JVM under the API server.
     api_server = json.loads((settings.airflow_home / "pids.json").read_text())["api-server"]
@@ -709,14 +711,8 @@ def test_the_page_re_drives_a_rules_quarantine_as_the_signed_in_user(  # type: i
     assert expected.get("known_device") == 1, expected  # DEV-999, which the feed lacks
 
     airflow = LocalAirflow(settings)
-    viewer = airflow.client(VIEWER)
-    status, body = _status(
-        f"{airflow.url}/streamshift/api/flows/{flow.name}/redrive",
-        token=viewer.token(),
-        method="POST",
-        body={"rule": "known_device"},
-    )
-    assert status == 403 and "may not trigger streamshift_redrive" in body["detail"]
+    route = f"api/flows/{flow.name}/redrive"
+    _refused_to_viewer(airflow, route, {"rule": "known_device"}, "streamshift_redrive")
 
     _login_and_open(browser, airflow)
     wait = _wait(browser, 60)

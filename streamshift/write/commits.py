@@ -70,17 +70,15 @@ class _Faults:
     def after(self, what: str) -> None:
         with self.lock:
             self.committed += 1
-            if self.armed_by is not None and not self.in_process and self._armed():
-                print(f"[fault] exiting after commit {self.committed} ({what})", file=sys.stderr)
-                sys.stderr.flush()
-                os._exit(137)
-            if self.limit is None or self.committed != self.limit:
+            at_limit = self.limit is not None and self.committed == self.limit
+            if self.in_process:
+                if at_limit:
+                    raise SimulatedKill(f"killed after commit {self.limit} ({what})")
                 return
-            if not self.in_process:
+            if at_limit or (self.armed_by is not None and self._armed()):
                 print(f"[fault] exiting after commit {self.committed} ({what})", file=sys.stderr)
                 sys.stderr.flush()
                 os._exit(137)
-        raise SimulatedKill(f"killed after commit {self.limit} ({what})")
 
 
 _faults = _Faults()
