@@ -845,13 +845,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "trace",
         help="where a key's changes went: every version received, its source and outcome",
-        description="Every version of one key the layer received, in the order received, each "
+        description="Every delivery of one key the layer received, in the order received, each "
         "with its source and source_ref (file:line or topic:partition:offset; 'via' names the "
         "message that carried an EOD correction or a re-driven row through the topic), when it "
         "was applied and its outcome: applied (* = still current), superseded (a higher version "
         "came in the same apply), stale (at or below a version received before it: out of order "
         "or sent again; it changed nothing), quarantined (with the rule); late where its date "
-        "was closed. A version sent again after it was stored is not listed again. "
+        "was closed. A version delivered again (a re-sent message, a line repeated in a file) "
+        "is listed at each delivery. "
         "Reads the Delta tables through deltalake: no Spark, no JVM.",
     )
     p.add_argument("--flow", required=True)

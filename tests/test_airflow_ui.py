@@ -685,9 +685,10 @@ def test_a_promotion_to_stream_waits_for_a_second_user_whose_rejection_is_record
 def test_the_page_re_drives_a_rules_quarantine_as_the_signed_in_user(  # type: ignore[no-untyped-def]
     spark, airflow_stack, browser, tmp_path
 ) -> None:
-    """The page's quarantine section, as an operator fixes what the quarantine holds: each rule
-    with the rows a re-drive would try (the counts those of the quarantine read through Spark),
-    a Re-drive button that starts ``streamshift_redrive`` for that rule as the signed-in user,
+    """The page's quarantine section, as an operator fixes what the quarantine holds: each rule,
+    and each of its dates, with the rows a re-drive would try (the counts those of the
+    quarantine read through Spark), a Re-drive button that starts ``streamshift_redrive`` for
+    that rule (and date) as the signed-in user,
     and, once the run is done, its outcome per row (here: the device is still unknown, so the
     row stays, recorded as still failing). A viewer may not re-drive."""
     from streamshift.core.registry import get_flow, get_generator
@@ -696,19 +697,30 @@ def test_the_page_re_drives_a_rules_quarantine_as_the_signed_in_user(  # type: i
     flow = get_flow("telemetry")
     client.wait_for_dag("streamshift_redrive")
     _set_stage(spark, settings, "batch", flow.name)  # the batch layer serves: no topic needed
-    day = dt.date(2027, 8, 2)
-    files = get_generator(flow.name)(day, 10, tmp_path / "day", seed=5, progress=False)
-    run_eod(spark, Target.open(spark, settings, flow, "batch"), day, files.poison)
+    # two days' poison files: each rule has rows on both, and the re-drive takes one day's
+    day, other = dt.date(2027, 8, 2), dt.date(2027, 8, 3)
+    for on in (day, other):
+        files = get_generator(flow.name)(on, 10, tmp_path / f"{on}", seed=5, progress=False)
+        run_eod(spark, Target.open(spark, settings, flow, "batch"), on, files.poison)
     batch = Target.open(spark, settings, flow, "batch")
     quarantined = (
         read(spark, batch.tables.quarantine)
         .where((F.col("flow") == flow.name) & (F.col("rule") != "version_conflict"))
-        .groupBy("rule")
+        .groupBy("rule", "business_date")
         .agg(F.countDistinct("source_ref").alias("rows"))
         .collect()
     )
-    expected = {r["rule"]: int(r["rows"]) for r in quarantined}
-    assert expected.get("known_device") == 1, expected  # DEV-999, which the feed lacks
+    expected: dict[tuple[str, str], int] = {}  # (rule, date) -> rows; "all dates" if several
+    for r in quarantined:
+        on = "no date" if r["business_date"] is None else str(r["business_date"])
+        expected[(r["rule"], on)] = int(r["rows"])
+    for rule in {rule for rule, _ in expected}:
+        days = [n for (r, _), n in expected.items() if r == rule]
+        if len(days) > 1:
+            expected[(rule, "all dates")] = sum(days)
+    # DEV-999, which the feed lacks, on each day
+    assert expected.get(("known_device", str(day))) == 1, expected
+    assert expected.get(("known_device", "all dates")) == 2, expected
 
     airflow = LocalAirflow(settings)
     route = f"api/flows/{flow.name}/redrive"
@@ -718,10 +730,10 @@ def test_the_page_re_drives_a_rules_quarantine_as_the_signed_in_user(  # type: i
     wait = _wait(browser, 60)
     section = f"section.flow[data-flow='{flow.name}']"
 
-    def shown_rules() -> dict[str, int]:
+    def shown_rules() -> dict[tuple[str, str], int]:
         rows = browser.find_elements(By.CSS_SELECTOR, f"{section} table.quarantine tbody tr")
         return {
-            r.get_attribute("data-rule"): int(
+            (r.get_attribute("data-rule"), r.get_attribute("data-date")): int(
                 r.find_element(By.CSS_SELECTOR, "[data-col=rows]").text
             )
             for r in rows
@@ -729,7 +741,7 @@ def test_the_page_re_drives_a_rules_quarantine_as_the_signed_in_user(  # type: i
 
     assert shown_rules() == expected
     before = {r["dag_run_id"] for r in client.runs("streamshift_redrive", "manual")}
-    button = f"{section} tr[data-rule='known_device'] button"
+    button = f"{section} tr[data-rule='known_device'][data-date='{day}'] button"
     browser.find_element(By.CSS_SELECTOR, button).click()
     # The run's outcome, once the page reloads: the row tried, still failing, by whom.
     redrives = f"{section} table.redrives tbody tr"
@@ -744,14 +756,15 @@ def test_the_page_re_drives_a_rules_quarantine_as_the_signed_in_user(  # type: i
     (run_id,) = {r["dag_run_id"] for r in client.runs("streamshift_redrive", "manual")} - before
     run = next(r for r in client.runs("streamshift_redrive", "manual") if r["dag_run_id"] == run_id)
     assert run["state"] == "success" and run["triggering_user_name"] == USER
-    assert run["conf"] == {"flow": flow.name, "rule": "known_device"}
+    assert run["conf"] == {"flow": flow.name, "rule": "known_device", "business_date": str(day)}
     recorded = (
         read(spark, ControlTables(settings.warehouse).redrives)
         .where(F.col("flow") == flow.name)
         .collect()
     )
-    assert [(r["rule"], r["outcome"], r["redriven_by"]) for r in recorded] == [
-        ("known_device", "still failing", USER)
+    # only that day's row was tried: the other day's stays untried
+    assert [(r["rule"], r["business_date"], r["outcome"], r["redriven_by"]) for r in recorded] == [
+        ("known_device", day, "still failing", USER)
     ]
     cells = [
         {c.get_attribute("data-col"): c.text for c in row.find_elements(By.TAG_NAME, "td")}

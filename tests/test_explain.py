@@ -118,15 +118,12 @@ def test_explain_names_the_members_and_every_change_that_moved_a_group(spark, tm
     # Each key's trace: its versions in the order received, with the outcome the rows alone
     # give — stale at or below a version received before it (t2's v2 after its v3), superseded
     # by a higher version in the same file (t4's v1), else applied. t1's v2 sent again is
-    # stored once, so it is listed once.
+    # listed at each delivery, the second stale.
     for key in sorted({r[0] for rows in FILES for r in rows}):
-        expected, highest, seen = [], 0, set()
+        expected, highest = [], 0
         for n, rows in enumerate(FILES):
             mine = [(line, int(r[1])) for line, r in enumerate(rows, start=2) if r[0] == key]
             for line, version in mine:
-                if version in seen:
-                    continue
-                seen.add(version)
                 outcome = (
                     "stale"
                     if version <= highest
@@ -139,6 +136,8 @@ def test_explain_names_the_members_and_every_change_that_moved_a_group(spark, tm
         assert got == expected, key
     assert ("t2", [2]) == ("t2", [e["version"] for e in trace(TRADES, tables, "t2").events
                                   if e["outcome"] == "stale"])  # fmt: skip
+    assert [(e["version"], e["outcome"], e["current"]) for e in trace(TRADES, tables, "t1").events
+            ] == [(1, "applied", False), (2, "applied", True), (2, "stale", False)]  # fmt: skip
 
     # The CLI: paged changes, JSON, and a group nothing ever touched.
     group = f"book={B1},instrument={X}"

@@ -11,7 +11,7 @@ from flows.trades import FLOW
 from streamshift.core.catalog import LayerTables
 from streamshift.write import target as target_module
 from streamshift.write.apply import apply_changes
-from streamshift.write.target import Target, read, when_small
+from streamshift.write.target import Target, is_table, read, when_small
 from tests.trades_data import D1, D2, frame, trade
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -42,6 +42,14 @@ def positions(spark, t):  # type: ignore[no-untyped-def]
         (str(r.business_date), r.book, r.instrument): (r.net_quantity, r.trade_count)
         for r in read(spark, t.tables.view("positions")).collect()
     }
+
+
+def redeliveries(spark, t):  # type: ignore[no-untyped-def]
+    """(key, version, source_ref) of each delivery of a version after its first."""
+    if not is_table(spark, t.tables.redeliveries):
+        return []
+    rows = read(spark, t.tables.redeliveries).collect()
+    return sorted((r.trade_id, r.version, r._source_ref) for r in rows)
 
 
 def quarantine(spark, t):  # type: ignore[no-untyped-def]
@@ -78,6 +86,8 @@ def test_new_amend_cancel_out_of_order_duplicates_replays_and_moves(
     assert history(spark, target) == [("a", 1), ("b", 1), ("c", 3), ("d", 1), ("d", 2)]
     assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (100 - 30 + 7 + 50, 4)}
     assert quarantine(spark, target) == [("test:x:1", "known_book")]
+    # d's v1 delivered twice: history holds the first delivery, redeliveries the second
+    assert redeliveries(spark, target) == [("d", 1, "test:d:1:again")]
 
     # 2. the late v2 of c loses to v3; a moves to another book AND another date; b is cancelled
     second = [
@@ -116,6 +126,7 @@ def test_new_amend_cancel_out_of_order_duplicates_replays_and_moves(
     view_version = DeltaTable.forPath(spark, view_path).history(1).first().version
     replay = apply(second)
     assert replay.applied == 0
+    assert redeliveries(spark, target) == [("d", 1, "test:d:1:again")]  # the same deliveries
     assert current(spark, target)["a"] == (2, D1, DELTA1, 100, False)
     assert len(history(spark, target)) == 8
     assert positions(spark, target) == {
@@ -397,8 +408,10 @@ def test_a_large_batch_counts_what_a_small_one_counts_and_writes_the_same(  # ty
             current(spark, target),
             history(spark, target),
             positions(spark, target),
+            redeliveries(spark, target),
         )
     assert outcomes["small"] == outcomes["large"]
+    assert outcomes["large"][-1] == [("b", 1, "test:b:1")]  # "again:b" is received first
     assert outcomes["large"][:7] == (
         8,
         5,
@@ -521,3 +534,5 @@ def test_a_version_history_holds_with_other_content_is_quarantined_not_dropped( 
     assert current(spark, target)["a"][3] == 100
     assert history(spark, target) == [("a", 1), ("b", 1), ("c", 1)]
     assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (125, 3)}
+    # b's identical copy is a later delivery of its v1; a's conflicting one is in quarantine
+    assert redeliveries(spark, target) == [("b", 1, "later.csv:3")]

@@ -118,6 +118,13 @@ class LayerTables:
         return self._path(f"{self.flow.name}_history")
 
     @property
+    def redeliveries(self) -> str:
+        """Deliveries of a version after its first (history holds the first): a re-sent
+        message, a line repeated in a file, a file sent again under another name. Rows of
+        history's schema, one per delivery (``_log_ref``, else ``_source_ref``)."""
+        return self._path(f"{self.flow.name}_redeliveries")
+
+    @property
     def quarantine(self) -> str:
         return quarantine_path(self.warehouse, self.layer)
 

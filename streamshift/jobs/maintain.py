@@ -64,7 +64,7 @@ def flow_tables(settings: Settings, flow: Flow) -> list[str]:
     paths = []
     for layer in LAYERS:
         t = LayerTables(settings.warehouse, flow, layer)
-        paths += [t.current, t.history, *(t.view(v.name) for v in flow.views)]
+        paths += [t.current, t.history, t.redeliveries, *(t.view(v.name) for v in flow.views)]
         paths += [t.quarantine, t.late_events]
     return [p for p in paths if (Path(p) / "_delta_log").is_dir()]
 

@@ -9,9 +9,9 @@ server under ``/streamshift``, shown in the UI's navigation as an external view:
   message when it says no); when it says yes, a ``streamshift_promote`` DAG run triggered as
   the signed-in user, which records the change with that user as ``changed_by``;
 * ``POST /streamshift/api/flows/{flow}/redrive`` — a ``streamshift_redrive`` run for one rule's
-  quarantined rows (or all), triggered as the signed-in user (``streamshift redrive``); the
-  page lists the serving layer's quarantine by rule, each with a Re-drive button, and the
-  latest outcomes;
+  quarantined rows (or all), of one business date (or all), triggered as the signed-in user
+  (``streamshift redrive``); the page lists the serving layer's quarantine by rule and by date,
+  each with a Re-drive button, and the latest outcomes;
 * ``GET  /streamshift/api/runs/{dag_id}/{run_id}`` — a promotion's or a re-drive's run state
   and, while a promotion waits for a second user's approval, the link to Airflow's Required
   actions where they answer;
@@ -177,7 +177,9 @@ def _quarantine(settings: Settings, flow: str, stage: str) -> dict[str, Any]:
     from streamshift.read.trace import serving_layer_of
 
     layer = serving_layer_of(stage)
-    by_rule = Counter(q["rule"] for q in pending(settings, flow, layer))
+    found = pending(settings, flow, layer)
+    by_rule = Counter(q["rule"] for q in found)
+    by_date = Counter((q["rule"], q["business_date"]) for q in found)
     outcomes = rows(
         ControlTables(settings.warehouse).redrives,
         where=[("flow", "=", flow), ("layer", "=", layer)],
@@ -185,9 +187,19 @@ def _quarantine(settings: Settings, flow: str, stage: str) -> dict[str, Any]:
     latest = sorted(outcomes, key=lambda r: r["redriven_at"], reverse=True)[:WORST]
     return {
         "layer": layer,
-        "by_rule": [{"rule": r, "rows": n} for r, n in sorted(by_rule.items())],
+        "by_rule": [
+            row for rule, n in sorted(by_rule.items()) for row in _dates_of(rule, n, by_date)
+        ],
         "redrives": latest,
     }
+
+
+def _dates_of(rule: str, rows: int, by_date: dict[tuple[str, Any], int]) -> list[dict[str, Any]]:
+    """A rule's rows of the page's quarantine table: one per business date (None: a row whose
+    date did not parse), after one for all of them when there are several."""
+    days = sorted(((d, n) for (r, d), n in by_date.items() if r == rule), key=lambda dn: str(dn[0]))
+    every = [{"rule": rule, "business_date": "all", "rows": rows}] if len(days) > 1 else []
+    return every + [{"rule": rule, "business_date": d, "rows": n} for d, n in days]
 
 
 def summaries(settings: Settings) -> list[dict[str, Any]]:
@@ -288,16 +300,32 @@ def _flow_section(s: dict[str, Any]) -> str:
     else:
         quality_html = "<p class='none'>no data-quality run yet</p>"
     quarantine = s["quarantine"]
-    rules = "".join(
-        f"<tr data-rule='{_e(q['rule'])}'><td data-col='rule'>{_e(q['rule'])}</td>"
-        f"<td data-col='rows'>{q['rows']}</td><td><button data-flow='{_e(flow)}' "
-        f"data-rule='{_e(q['rule'])}'>Re-drive</button></td></tr>"
-        for q in quarantine["by_rule"]
-    )
+
+    def rule_row(q: dict[str, Any]) -> str:
+        # a date's own row re-drives that date; "all" the rule's every date; a row whose date
+        # is unread only with them all
+        day = q["business_date"]
+        shown = "all dates" if day == "all" else ("no date" if day is None else str(day))
+        date = "" if day in ("all", None) else str(day)
+        button = (
+            f"<button data-flow='{_e(flow)}' data-rule='{_e(q['rule'])}' "
+            f"data-date='{date}'>Re-drive</button>"
+            if day is not None
+            else ""
+        )
+        return (
+            f"<tr data-rule='{_e(q['rule'])}' data-date='{_e(shown)}'"
+            + (" class='rule'" if day == "all" else "")
+            + f"><td data-col='rule'>{_e(q['rule'])}</td><td data-col='business_date'>"
+            f"{_e(shown)}</td><td data-col='rows'>{q['rows']}</td><td>{button}</td></tr>"
+        )
+
+    rules = "".join(rule_row(q) for q in quarantine["by_rule"])
     redrive = (
         (
-            "<div class='redrive'><table class='quarantine'><thead><tr><th>rule</th><th>rows</th>"
-            f"<th></th></tr></thead><tbody>{rules}</tbody></table><p class='outcome'></p></div>"
+            "<div class='redrive'><table class='quarantine'><thead><tr><th>rule</th>"
+            "<th>business date</th><th>rows</th><th></th></tr></thead>"
+            f"<tbody>{rules}</tbody></table><p class='outcome'></p></div>"
         )
         if rules
         else "<p class='none quarantine'>nothing to re-drive</p>"
@@ -374,7 +402,7 @@ for (const button of document.querySelectorAll('.redrive button')) {
     const out = button.closest('.redrive').querySelector('.outcome');
     out.className = 'outcome running'; out.textContent = 're-driving ...';
     const body = await start(button, out, `api/flows/${button.dataset.flow}/redrive`,
-      {rule: button.dataset.rule});
+      {rule: button.dataset.rule, business_date: button.dataset.date || null});
     if (!body) return;
     out.textContent = `${body.message} (run ${body.run_id}) ...`;
     await follow(out, body, 'streamshift_redrive');
@@ -691,16 +719,21 @@ def create_app() -> Any:
 
     class Redrive(BaseModel):
         rule: str | None = None
+        business_date: dt.date | None = None
 
     @app.post("/api/flows/{flow}/redrive")
     def redrive(flow: str, body: Redrive, request: Request, user: GetUserDep) -> JSONResponse:
-        """Start a ``streamshift_redrive`` run for the flow (one rule's rows, or all), as the
-        signed-in user: the same job as ``streamshift redrive``."""
+        """Start a ``streamshift_redrive`` run for the flow (one rule's rows or all, of one
+        business date or all), as the signed-in user: the same job as ``streamshift redrive``."""
         known(flow)
         may_trigger(user, REDRIVE_DAG, "re-drive")
         scope = f"rule {body.rule}" if body.rule else "every rule"
+        scope += f" on {body.business_date}" if body.business_date else ""
         message = f"re-driving {flow}'s quarantined rows of {scope}"
-        return triggered(REDRIVE_DAG, {"flow": flow, "rule": body.rule}, request, user, message)
+        conf: dict[str, Any] = {"flow": flow, "rule": body.rule}
+        if body.business_date:
+            conf["business_date"] = body.business_date.isoformat()
+        return triggered(REDRIVE_DAG, conf, request, user, message)
 
     @app.get("/api/runs/{dag_id}/{run_id}")
     def run_state(dag_id: str, run_id: str, request: Request) -> dict[str, Any]:

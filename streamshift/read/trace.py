@@ -12,9 +12,10 @@ streams), when it was applied and its outcome:
   changed nothing;
 * ``quarantined``: refused by a rule (``rule``), from the quarantine;
 
-and ``late`` where its business date was closed when it arrived. A version is recorded once,
-at its first delivery: a re-sent copy of a version the layer already holds changes nothing and
-is not listed.
+and ``late`` where its business date was closed when it arrived. A version delivered again
+(a re-sent message, a line repeated in a file, a file sent again under another name) is listed
+at each delivery: history holds its first, the layer's redeliveries table the others, which
+are ``stale``.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from streamshift.core.settings import Settings
 
 APPLIED, SUPERSEDED, STALE, QUARANTINED = "applied", "superseded", "stale", "quarantined"
+RESENT = "_resent"  # marks a row read from redeliveries (a later delivery of its version)
 COLUMNS = ["version", "event_type", "source", "source_ref", "outcome", "rule", "late", "applied_at"]
 
 
@@ -166,6 +168,10 @@ def trace(flow: Flow, tables: LayerTables, key: str) -> Trace:
     where = [(flow.key, "=", key)]
     [now] = rows(tables.current, where=where) or [None]
     history = rows(tables.history, where=where)
+    again = rows(tables.redeliveries, where=where)
+    for r in again:
+        r[RESENT] = True
+    history += again
     late = {
         (r["version"], r["source"])
         for r in rows(tables.late_events, where=[("flow", "=", flow.name), ("key", "=", key)])
@@ -185,6 +191,7 @@ def trace(flow: Flow, tables: LayerTables, key: str) -> Trace:
                 "late": (r[flow.version], r[SOURCE]) in late,
                 "applied_at": r[APPLIED_AT],
                 "current": now is not None
+                and not r.get(RESENT)
                 and r[flow.version] == now[flow.version]
                 and r[SOURCE] == now[SOURCE],
                 "groups": {c: r[c] for c in group_columns} if outcome == APPLIED else {},

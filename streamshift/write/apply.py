@@ -6,7 +6,8 @@ from — and:
 1. parses and validates them; rejected rows go to ``quarantine`` with the rule's name;
 2. runs the flow's ``prepare`` on the rest (reference joins, derived columns);
 3. appends every accepted version to ``<flow>_history`` (insert-only by key and version,
-   so a replayed batch adds nothing);
+   so a replayed batch adds nothing), and every later delivery of a version (a re-sent
+   message, a line repeated in a file) to ``<flow>_redeliveries``, so a trace lists them;
 4. MERGEs the highest version per key into the current-state table, only where it is
    higher than the stored one (equal = no-op: replays and duplicates change nothing);
 5. recomputes only the view groups the changes touched — every group any version of a
@@ -37,12 +38,27 @@ from pyspark.sql import functions as F
 
 from streamshift.core import sqltext as sql
 from streamshift.core.catalog import LATE_EVENTS_SCHEMA, LayerTables
-from streamshift.core.contract import APPLIED_AT, FAILED, IS_DELETED, RAW, SOURCE, SOURCE_REF
+from streamshift.core.contract import (
+    APPLIED_AT,
+    FAILED,
+    IS_DELETED,
+    LOG_REF,
+    RAW,
+    SOURCE,
+    SOURCE_REF,
+)
 from streamshift.core.errors import StreamshiftError
 from streamshift.core.flow import Flow, Reference
 from streamshift.core.sqltext import Sql
 from streamshift.write.commits import append, merge_into
-from streamshift.write.target import Target, delta_log_version, read, when_small
+from streamshift.write.target import (
+    Target,
+    delta_log_version,
+    ensure_table,
+    read,
+    state_schema,
+    when_small,
+)
 from streamshift.write.transforms import (
     EOD_SOURCES,
     FIRST_VERSION,
@@ -65,6 +81,9 @@ PRUNE_KEYS_BELOW = 2_000
 LOCAL_SOURCE_BELOW = 10_000
 # The content hash of a version, beside it in the batch's and history's collected rows.
 CONTENT = "_content"
+# Where a delivery came from, beside it: its Kafka offset when the log carried it, else its
+# file:line. One delivery, one value: history holds a version's first, redeliveries the rest.
+DELIVERED = "_delivered"
 # How often an apply that lost a commit race to another writer is run again.
 COMMIT_ATTEMPTS = 8
 # delta.exceptions' classes for a commit refused because another writer committed first.
@@ -274,6 +293,8 @@ def _apply_once(
                 F.count(F.lit(1)).alias("count"),
                 F.count_if(first).alias("versions"),
                 F.count_if(F.col(LATEST_VERSION)).alias("keys"),
+                # accepted deliveries of a version after its first in the batch
+                F.count_if(~first).alias("repeats"),
                 F.min(F.when(first, key)).alias("low"),
                 F.max(F.when(first, key)).alias("high"),
             )
@@ -398,7 +419,12 @@ def _apply_accepted(
     try:
         if small:
             incoming = versions.select(
-                key, version, SOURCE, content_hash(flow).alias(CONTENT), *group_columns
+                key,
+                version,
+                SOURCE,
+                content_hash(flow).alias(CONTENT),
+                _delivered(),
+                *group_columns,
             ).collect()
             pairs = {(r[key], r[bd]) for r in incoming}
             keys = sorted({k for k, _ in pairs})
@@ -433,6 +459,16 @@ def _apply_accepted(
                 if stored.get(identity(r), r[CONTENT]) != r[CONTENT]
             }
             incoming = [r for r in incoming if (r[key], r[version]) not in conflicts]
+            first_delivered = {identity(r): r[DELIVERED] for r in known}
+            resent: list[tuple[object, object]] | bool = sorted(
+                {
+                    (r[key], r[version])
+                    for r in incoming
+                    if first_delivered.get(identity(r), r[DELIVERED]) != r[DELIVERED]
+                    and r[SOURCE] != REPLACEMENT_SOURCE
+                },
+                key=repr,
+            )
             keys_by_date = Counter(d for _, d in {(r[key], r[bd]) for r in incoming})
             new = [r for r in incoming if identity(r) not in stored]
             if new:
@@ -452,7 +488,7 @@ def _apply_accepted(
                 tables,
                 _within(key, key_range, "t"),
             )
-            touched, conflicts = steps.run(
+            touched, conflicts, resent = steps.run(
                 "touched",
                 _touched_groups,
                 spark,
@@ -478,6 +514,20 @@ def _apply_accepted(
                     sorted(conflicts), versions.select(key, version).schema
                 )
                 versions = versions.join(F.broadcast(wanted), [key, version], "left_anti")
+
+        repeats = sum(r["repeats"] for r in by_group)
+        if repeats or resent:
+            steps.submit(
+                "redeliveries",
+                _record_redeliveries,
+                spark,
+                flow,
+                checked,
+                tables,
+                resent,
+                conflicts,
+                (keys[0], keys[-1]) if small else key_range,
+            )
 
         closed = target.closed_dates() - ({closing_date} if closing_date else set())
         late_dates = [d for d in incoming_dates if d in closed]
@@ -680,7 +730,14 @@ def _history_of(
     return (
         read(spark, tables.history)
         .where(F.col(flow.key).isin(keys))
-        .select(flow.key, flow.version, SOURCE, content_hash(flow).alias(CONTENT), *group_columns)
+        .select(
+            flow.key,
+            flow.version,
+            SOURCE,
+            content_hash(flow).alias(CONTENT),
+            _delivered(),
+            *group_columns,
+        )
         .collect()
     )
 
@@ -694,10 +751,11 @@ def _touched_groups(
     group_columns: list[str],
     key_range: tuple[object, object],
     new_dates: bool,
-) -> tuple[set[tuple[object, ...]], set[tuple[object, object]]]:
+) -> tuple[set[tuple[object, ...]], set[tuple[object, object]], bool]:
     """A large batch's touched groups: its versions' own (``own_groups``, from the counting
-    pass) and those of its keys' history; and its conflicts, the (key, version) pairs history
-    holds with other content (from the same join).
+    pass) and those of its keys' history; its conflicts, the (key, version) pairs history
+    holds with other content; and whether history holds some of its versions from another
+    delivery (re-sent: the same content), all from the same join.
 
     ``new_dates``: current state holds nothing for the batch's dates (a new day's file, a
     first batch), so its keys may well be new to history too: then history is first asked
@@ -708,29 +766,93 @@ def _touched_groups(
     if new_dates and stored.isEmpty():
         # Nothing stored in the range: the groups are the batch's own, without the distinct
         # of a million keys for the join.
-        return set(own_groups), set()
+        return set(own_groups), set(), False
     version = flow.version
     batch = versions.select(
         key,
         F.col(version).alias("_v"),
         content_hash(flow).alias("_c"),
         _synthetic().column().alias("_synthetic"),
+        _delivered().alias("_d"),
     )
+    same = (F.col(version) == F.col("_v")) & (_synthetic().column() == F.col("_synthetic"))
     known = stored.join(batch, key).select(
         *group_columns,
         F.when(
-            (F.col(version) == F.col("_v"))
-            & (_synthetic().column() == F.col("_synthetic"))
-            & (content_hash(flow) != F.col("_c")),
+            same & (content_hash(flow) != F.col("_c")),
             F.struct(F.col(key).alias("k"), F.col(version).alias("v")),
         ).alias("_conflict"),
+        (same & (content_hash(flow) == F.col("_c")) & (_delivered() != F.col("_d"))).alias(
+            "_resent"
+        ),
     )
-    groups, conflicts = set(own_groups), set()
+    groups, conflicts, resent = set(own_groups), set(), False
     for r in known.distinct().collect():
         groups.add(tuple(r[c] for c in group_columns))
         if r["_conflict"] is not None:
             conflicts.add((r["_conflict"]["k"], r["_conflict"]["v"]))
-    return groups, conflicts
+        resent = resent or bool(r["_resent"])
+    return groups, conflicts, resent
+
+
+def _delivered() -> Column:
+    """A stored or incoming version's delivery (see ``DELIVERED``)."""
+    return F.coalesce(F.col(LOG_REF), F.col(SOURCE_REF)).alias(DELIVERED)
+
+
+def _record_redeliveries(
+    spark: SparkSession,
+    flow: Flow,
+    checked: DataFrame,
+    tables: LayerTables,
+    resent: list[tuple[object, object]] | bool,
+    conflicts: set[tuple[object, object]],
+    key_range: tuple[object, object],
+) -> None:
+    """Step 3b: the batch's deliveries of versions whose first delivery history holds, so a
+    trace lists each (insert-only by key, version and delivery, so a re-run adds nothing).
+
+    They are the accepted rows after the first of their (key, version) in the batch, and the
+    batch's first ones that history holds from another delivery: ``resent`` lists those (a
+    small batch, from the history it collected), or says some are (a large one: found here by
+    a join with history). A replacement's synthetic cancels are no deliveries; versions
+    quarantined as conflicts are not either."""
+    key, version = flow.key, flow.version
+    accepted = (F.size(F.col(FAILED)) == 0) & (F.col(SOURCE) != F.lit(REPLACEMENT_SOURCE))
+    rows = state_columns(flow, checked.where(accepted & ~F.col(FIRST_VERSION)))
+    firsts = state_columns(flow, checked.where(accepted & F.col(FIRST_VERSION)))
+    if isinstance(resent, list) and resent:
+        wanted = spark.createDataFrame(resent, firsts.select(key, version).schema)
+        rows = rows.unionByName(firsts.join(F.broadcast(wanted), [key, version], "left_semi"))
+    elif resent:
+        held = (
+            read(spark, tables.history)
+            .where(_within(key, key_range).column() & ~_synthetic().column())
+            .select(
+                F.col(key).alias("_k"),
+                F.col(version).alias("_v"),
+                content_hash(flow).alias("_c"),
+                _delivered().alias("_d"),
+            )
+        )
+        on = (
+            (F.col(key) == F.col("_k"))
+            & (F.col(version) == F.col("_v"))
+            & (content_hash(flow) == F.col("_c"))
+            & (_delivered() != F.col("_d"))
+        )
+        rows = rows.unionByName(firsts.join(held, on, "left_semi"))
+    if conflicts:
+        wanted = spark.createDataFrame(
+            sorted(conflicts, key=repr), rows.select(key, version).schema
+        )
+        rows = rows.join(F.broadcast(wanted), [key, version], "left_anti")
+    ensure_table(spark, tables.redeliveries, state_schema(spark, flow), (flow.business_date,))
+    same_delivery = sql.coalesce(sql.col(LOG_REF, "t"), sql.col(SOURCE_REF, "t")).eq(
+        sql.coalesce(sql.col(LOG_REF, "s"), sql.col(SOURCE_REF, "s"))
+    )
+    on = _same([key, version]) & same_delivery & _within(key, key_range, "t")
+    merge_into(tables.redeliveries, rows, on, insert="*")
 
 
 def _merge_current(

@@ -1,13 +1,17 @@
-"""What the integrity work costs: this checkout's write path against an earlier commit's, A/B.
+"""What a change to the write path costs: this checkout's write path against an earlier
+commit's, A/B.
 
-The changes that make the numbers trustworthy off the happy path add work to every apply:
-a second window over each key's versions (the version-conflict rule), a log listing after
-the view MERGEs (no lost update), and, for a whole-day replacement and the stage-stream
-correction, two run-journal commits and a time-travel read of current state (a re-run after a
-kill repairs). This script measures them where they show most, on small applies whose cost is
-the write path's fixed cost:
+Work added to every apply shows most on small applies, whose cost is the write path's fixed
+cost. The integrity work (``--base afb2e0c``) added a second window over each key's versions
+(the version-conflict rule), a log listing after the view MERGEs (no lost update), and, for a
+whole-day replacement, two run-journal commits and a time-travel read of current state; the
+delivery record (``--base c61503c``) writes every later delivery of a held version, so a
+trace lists it. The measures:
 
-* ``apply``: a batch of ``--rows`` amendments through ``apply_changes`` on a loaded day;
+* ``apply``: a batch of ``--rows`` amendments through ``apply_changes`` on a loaded day (a
+  stream's micro-batch, a corrections file);
+* ``resend``: the same batch plus a tenth as many copies of versions the day holds, sent again
+  (a producer's retry, a desk re-sending): the base drops them unrecorded;
 * ``replace``: that day replaced by a file lacking ``--rows`` of its trades (``run_eod``
   with ``replace=True``: cancels, journal, apply).
 
@@ -17,7 +21,7 @@ prints the median seconds per measure and side, and the ratio of this checkout t
 The base side runs the base commit's code from a ``git worktree`` with this checkout's venv and
 jars. Run:
 
-    .venv/bin/python bench/integrity_cost.py [--base REV] [--trades N] [--rows R]
+    .venv/bin/python bench/write_path_ab.py [--base REV] [--trades N] [--rows R]
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = "afb2e0c"  # the write path before the integrity work
-MEASURES = ("apply", "replace")
+MEASURES = ("apply", "resend", "replace")
 
 
 def side(code: str, work: Path, trades: int, rows: int, repeat: int) -> dict[str, list[float]]:
@@ -62,7 +66,7 @@ def side(code: str, work: Path, trades: int, rows: int, repeat: int) -> dict[str
         spark_master="local[2]",
         spark_shuffle_partitions=2,
     )
-    spark = get_spark(settings, app_name="integrity-cost")
+    spark = get_spark(settings, app_name="write-path-ab")
     reference = load_reference(spark, FLOW)
     header = [f.name for f in FLOW.schema.fields]
 
@@ -100,8 +104,13 @@ def side(code: str, work: Path, trades: int, rows: int, repeat: int) -> dict[str
             shutil.copytree(base_root, root)
             target = Target(spark, FLOW, LayerTables(root, FLOW, "batch"), reference)
             started = time.perf_counter()
-            if measure == "apply":
+            if measure in ("apply", "resend"):
                 amended = [(*trade(i, 2, 7), f"bench:{i}", "") for i in range(rows)]
+                if measure == "resend":
+                    amended += [
+                        (*trade(i, 1, 100), f"bench-again:{i}", "")
+                        for i in range(rows, rows + max(1, rows // 10))
+                    ]
                 apply_changes(FLOW, spark.createDataFrame(amended, raw_schema(FLOW)), "b", target)
             else:
                 run_eod(spark, target, day, replacement, replace=True)
@@ -126,7 +135,7 @@ def main() -> None:
         print(json.dumps(timings))
         return
 
-    scratch = Path(tempfile.mkdtemp(prefix="integrity-cost-"))
+    scratch = Path(tempfile.mkdtemp(prefix="write-path-ab-"))
     worktree = scratch / "base-code"
     subprocess.run(
         ["git", "-C", str(REPO), "worktree", "add", "--detach", str(worktree), args.base],
