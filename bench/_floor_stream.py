@@ -22,11 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StreamingQueryListener
 
-from streamshift.core.heartbeat import append_progress
-from streamshift.core.settings import load_settings
-from streamshift.jobs.serve import phases
-from streamshift.jobs.stream import _offsets, kafka_stream
-from streamshift.spark import get_spark
+from streamshift.engine.jobs.serve import phases
+from streamshift.engine.jobs.stream import _offsets, kafka_stream
+from streamshift.engine.spark import get_spark
+from streamshift.spec.settings import load_settings
+from streamshift.store.heartbeat import append_progress
 
 
 def main() -> int:

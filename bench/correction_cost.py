@@ -37,15 +37,15 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from flows.trades.generate import generate_day
-from streamshift.core.contract import IS_DELETED
-from streamshift.core.flow import Flow
-from streamshift.core.registry import get_flow
-from streamshift.core.settings import load_settings
-from streamshift.jobs.eod import run_eod
-from streamshift.spark import get_spark
-from streamshift.write.apply import apply_changes
-from streamshift.write.target import Target, read
-from streamshift.write.transforms import raw_schema
+from streamshift.engine.jobs.eod import run_eod
+from streamshift.engine.spark import get_spark
+from streamshift.engine.write.apply import apply_changes
+from streamshift.engine.write.target import Target, read
+from streamshift.engine.write.transforms import raw_schema
+from streamshift.spec.contract import IS_DELETED
+from streamshift.spec.flow import Flow
+from streamshift.spec.registry import get_flow
+from streamshift.spec.settings import load_settings
 
 DAY = dt.date(2026, 11, 20)
 

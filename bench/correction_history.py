@@ -28,13 +28,13 @@ from _amend import amendment
 from pyspark.sql import functions as F
 
 from flows.trades.generate import generate_day
-from streamshift.core.contract import IS_DELETED
-from streamshift.core.registry import get_flow
-from streamshift.core.settings import load_settings
-from streamshift.jobs.eod import run_eod
-from streamshift.jobs.reconcile import eod_correct
-from streamshift.spark import get_spark
-from streamshift.write.target import Target, read
+from streamshift.engine.jobs.eod import run_eod
+from streamshift.engine.jobs.reconcile import eod_correct
+from streamshift.engine.spark import get_spark
+from streamshift.engine.write.target import Target, read
+from streamshift.spec.contract import IS_DELETED
+from streamshift.spec.registry import get_flow
+from streamshift.spec.settings import load_settings
 
 LAST = dt.date(2026, 11, 20)
 

@@ -49,14 +49,14 @@ from stream_latency import (
 )
 
 from flows.trades.generate import generate_day
-from streamshift.core.flow import Flow
-from streamshift.core.heartbeat import read_progress
-from streamshift.core.registry import get_flow
-from streamshift.core.settings import Settings, load_settings
-from streamshift.jobs.serve import progress_path as serve_progress_path
-from streamshift.sources.events import encode_event, serving_topic
-from streamshift.sources.kafka import ensure_topic, producer_config
-from streamshift.sources.produce import produce_rows, read_rows
+from streamshift.engine.jobs.serve import progress_path as serve_progress_path
+from streamshift.spec.flow import Flow
+from streamshift.spec.registry import get_flow
+from streamshift.spec.settings import Settings, load_settings
+from streamshift.store.events import encode_event, serving_topic
+from streamshift.store.heartbeat import read_progress
+from streamshift.store.kafka import ensure_topic, producer_config
+from streamshift.store.produce import produce_rows, read_rows
 
 DAY = dt.date(2026, 11, 20)
 
@@ -85,9 +85,9 @@ def rerun_seconds(
     settings: Settings, flow: Flow, day_file: Path, amends: list[dict[str, str]], repeat: int
 ) -> tuple[float, float]:
     """(first load, median re-run with the corrected file), batch layer, one Spark session."""
-    from streamshift.jobs.eod import run_eod
-    from streamshift.spark import get_spark
-    from streamshift.write.target import Target
+    from streamshift.engine.jobs.eod import run_eod
+    from streamshift.engine.spark import get_spark
+    from streamshift.engine.write.target import Target
 
     fixed = day_file.with_name("corrected.csv")
     shutil.copyfile(day_file, fixed)

@@ -8,7 +8,7 @@ of all its columns) and timed; medians per variant and µs per event are printed
 * ``bytes``: cast the value to a string (the floor: no JSON at all);
 * ``parse``: ``try_parse_json`` of every message;
 * ``extract``: parse, then each column as a string (no type check);
-* ``decode``: ``streamshift.sources.decode`` as the stream job runs it (type checks, rules),
+* ``decode``: ``streamshift.engine.decode`` as the stream job runs it (type checks, rules),
   with the JSON checks in the JVM decoder (jvm/udf);
 * ``decode-expr``: the same decode with the JSON checks as Spark expressions (its reference);
 * ``from_json``: Spark's ``from_json`` with an all-string schema (what the issue quotes).
@@ -39,22 +39,22 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from flows.trades.generate import generate_day
-from streamshift.core.registry import get_flow
-from streamshift.core.settings import load_settings
-from streamshift.sources.decode import decode
-from streamshift.sources.events import encode_event
-from streamshift.sources.produce import read_rows
-from streamshift.spark import get_spark
+from streamshift.engine.decode import decode
+from streamshift.engine.spark import get_spark
+from streamshift.spec.registry import get_flow
+from streamshift.spec.settings import load_settings
+from streamshift.store.events import encode_event
+from streamshift.store.produce import read_rows
 
 DAY = dt.date(2026, 11, 20)
 
 
 def front_variants(spark, flow) -> dict[str, Callable[[DataFrame], DataFrame]]:  # type: ignore[no-untyped-def]
     """``serve``'s first stage after the decode, cumulatively (``run_serve`` wires the same)."""
-    from streamshift.core.contract import FAILED, IS_DELETED, SOURCE_REF
-    from streamshift.sources.events import TRANSPORT_COLUMNS
-    from streamshift.write.target import load_reference
-    from streamshift.write.transforms import checked_changes, parse
+    from streamshift.engine.write.target import load_reference
+    from streamshift.engine.write.transforms import checked_changes, parse
+    from streamshift.spec.contract import FAILED, IS_DELETED, SOURCE_REF
+    from streamshift.store.events import TRANSPORT_COLUMNS
 
     reference = load_reference(spark, flow)
     view = flow.views[0]

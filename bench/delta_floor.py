@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from streamshift.core.settings import load_settings
-from streamshift.spark import get_spark
+from streamshift.engine.spark import get_spark
+from streamshift.spec.settings import load_settings
 
 
 def main() -> int:

@@ -26,10 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from flows.trades.generate import generate_day
-from streamshift.core.processes import free_port
-from streamshift.core.settings import load_settings
+from streamshift.engine.spark import submit_env
 from streamshift.local.engine import LocalEngine
-from streamshift.spark import submit_env
+from streamshift.spec.settings import load_settings
+from streamshift.store.processes import free_port
 
 DAY = dt.date(2026, 11, 20)
 CLI = [sys.executable, "-m", "streamshift.cli"]

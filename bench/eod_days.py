@@ -27,11 +27,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from flows.trades.generate import generate_day
-from streamshift.core.registry import get_flow
-from streamshift.core.settings import load_settings
-from streamshift.jobs.eod import run_eod
-from streamshift.spark import get_spark
-from streamshift.write.target import Target
+from streamshift.engine.jobs.eod import run_eod
+from streamshift.engine.spark import get_spark
+from streamshift.engine.write.target import Target
+from streamshift.spec.registry import get_flow
+from streamshift.spec.settings import load_settings
 
 FIRST_DAY = dt.date(2026, 11, 2)
 

@@ -44,17 +44,17 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from flows.trades.generate import generate_day
-from streamshift.core.contract import FAILED, IS_DELETED, RAW, SOURCE, SOURCE_REF
-from streamshift.core.flow import Flow, Reference
-from streamshift.core.registry import get_flow
-from streamshift.core.settings import load_settings
-from streamshift.jobs.eod import run_eod
-from streamshift.sources.eodfile import check_file
-from streamshift.sources.eodread import read_eod_file
-from streamshift.spark import get_spark
-from streamshift.write.apply import checked_batch
-from streamshift.write.target import Target, load_reference
-from streamshift.write.transforms import FIRST_VERSION, LATEST_VERSION, state_columns
+from streamshift.engine.eodread import read_eod_file
+from streamshift.engine.jobs.eod import run_eod
+from streamshift.engine.spark import get_spark
+from streamshift.engine.write.apply import checked_batch
+from streamshift.engine.write.target import Target, load_reference
+from streamshift.engine.write.transforms import FIRST_VERSION, LATEST_VERSION, state_columns
+from streamshift.spec.contract import FAILED, IS_DELETED, RAW, SOURCE, SOURCE_REF
+from streamshift.spec.flow import Flow, Reference
+from streamshift.spec.registry import get_flow
+from streamshift.spec.settings import load_settings
+from streamshift.store.eodfile import check_file
 
 DAY = dt.date(2026, 11, 20)
 

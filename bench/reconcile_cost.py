@@ -33,12 +33,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pyspark.sql import functions as F
 
 from flows.trades.generate import generate_day
-from streamshift.core.registry import get_flow
-from streamshift.core.settings import load_settings
-from streamshift.jobs.eod import run_eod
-from streamshift.jobs.reconcile import reconcile_date
-from streamshift.spark import get_spark
-from streamshift.write.target import Target, read
+from streamshift.engine.jobs.eod import run_eod
+from streamshift.engine.jobs.reconcile import reconcile_date
+from streamshift.engine.spark import get_spark
+from streamshift.engine.write.target import Target, read
+from streamshift.spec.registry import get_flow
+from streamshift.spec.settings import load_settings
 
 DAY = dt.date(2026, 11, 20)
 

@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pandas as pd
 
 from flows.trades import FLOW
-from streamshift.core.settings import load_settings
-from streamshift.jobs import serve
-from streamshift.spark import get_spark
-from streamshift.write.target import state_schema
+from streamshift.engine.jobs import serve
+from streamshift.engine.spark import get_spark
+from streamshift.engine.write.target import state_schema
+from streamshift.spec.settings import load_settings
 
 
 class _Map:

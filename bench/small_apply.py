@@ -17,7 +17,7 @@ Variants are Spark session confs set before each of that variant's applies:
                   are written by its commits, so run this variant alone
   no_wscg         codegen, with ``spark.sql.codegen.wholeStage=false``: expressions are still
                   generated, comment-stripped and compiled by Janino
-  interpreted     every apply interpreted (``streamshift.spark.INTERPRETED_CONF``), whatever
+  interpreted     every apply interpreted (``streamshift.engine.spark.INTERPRETED_CONF``), whatever
                   the size of the day
 Run: .venv/bin/python bench/small_apply.py [--trades N] [--rows R] [--batches B] [--variants ...]
 """
@@ -38,15 +38,15 @@ from _amend import amendment
 from pyspark.sql import functions as F
 
 from flows.trades.generate import generate_day
-from streamshift.core.contract import IS_DELETED
-from streamshift.core.registry import get_flow
-from streamshift.core.settings import load_settings
-from streamshift.jobs.eod import run_eod
-from streamshift.spark import INTERPRETED_CONF, get_spark
-from streamshift.write import target as write_target
-from streamshift.write.apply import apply_changes
-from streamshift.write.target import Target, read
-from streamshift.write.transforms import raw_schema
+from streamshift.engine.jobs.eod import run_eod
+from streamshift.engine.spark import INTERPRETED_CONF, get_spark
+from streamshift.engine.write import target as write_target
+from streamshift.engine.write.apply import apply_changes
+from streamshift.engine.write.target import Target, read
+from streamshift.engine.write.transforms import raw_schema
+from streamshift.spec.contract import IS_DELETED
+from streamshift.spec.registry import get_flow
+from streamshift.spec.settings import load_settings
 
 DAY = dt.date(2026, 11, 20)
 VARIANTS: dict[str, dict[str, str]] = {

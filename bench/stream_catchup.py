@@ -33,13 +33,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from stream_latency import started_broker
 
 from flows.trades.generate import generate_day
-from streamshift.core.registry import get_flow
-from streamshift.core.settings import load_settings
-from streamshift.jobs.stream import run_stream
-from streamshift.sources.kafka import ensure_topic
-from streamshift.sources.produce import produce_rows, read_rows
-from streamshift.spark import get_spark
-from streamshift.write.target import Target
+from streamshift.engine.jobs.stream import run_stream
+from streamshift.engine.spark import get_spark
+from streamshift.engine.write.target import Target
+from streamshift.spec.registry import get_flow
+from streamshift.spec.settings import load_settings
+from streamshift.store.kafka import ensure_topic
+from streamshift.store.produce import produce_rows, read_rows
 
 DAY = dt.date(2026, 11, 20)
 

@@ -46,16 +46,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from flows.trades.generate import generate_day
-from streamshift.core.catalog import LayerTables
-from streamshift.core.heartbeat import logged_events, progress_path, read_progress
-from streamshift.core.processes import free_port
-from streamshift.core.registry import get_flow
-from streamshift.core.settings import Settings, load_settings
-from streamshift.jobs.serve import progress_path as serve_progress_path
+from streamshift.engine.jobs.serve import progress_path as serve_progress_path
 from streamshift.local.broker import LocalBroker
-from streamshift.sources.events import encode_event, serving_topic
-from streamshift.sources.kafka import ensure_topic, producer_config
-from streamshift.sources.produce import produce_rows, read_rows
+from streamshift.spec.catalog import LayerTables
+from streamshift.spec.registry import get_flow
+from streamshift.spec.settings import Settings, load_settings
+from streamshift.store.events import encode_event, serving_topic
+from streamshift.store.heartbeat import logged_events, progress_path, read_progress
+from streamshift.store.kafka import ensure_topic, producer_config
+from streamshift.store.processes import free_port
+from streamshift.store.produce import produce_rows, read_rows
 
 DAY = dt.date(2026, 11, 20)
 SAMPLE_EVERY = 50

@@ -40,16 +40,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from stream_latency import started_broker
 
 from flows.trades.generate import generate_day
-from streamshift.core.contract import MALFORMED
-from streamshift.core.registry import get_flow
-from streamshift.core.settings import load_settings
-from streamshift.jobs.serve import progress_path as serve_progress_path
-from streamshift.jobs.serve import run_serve
-from streamshift.jobs.stream import kafka_stream, run_stream
-from streamshift.sources.decode import decode
-from streamshift.sources.kafka import ensure_topic
-from streamshift.sources.produce import produce_rows, read_rows
-from streamshift.spark import get_spark
+from streamshift.engine.decode import decode
+from streamshift.engine.jobs.serve import progress_path as serve_progress_path
+from streamshift.engine.jobs.serve import run_serve
+from streamshift.engine.jobs.stream import kafka_stream, run_stream
+from streamshift.engine.spark import get_spark
+from streamshift.spec.contract import MALFORMED
+from streamshift.spec.registry import get_flow
+from streamshift.spec.settings import load_settings
+from streamshift.store.kafka import ensure_topic
+from streamshift.store.produce import produce_rows, read_rows
 
 DAY = dt.date(2026, 11, 20)
 

@@ -9,7 +9,7 @@ job spends much of its CPU compiling code it runs a few times; the test suite ru
 ``c1_interpreted``: tuned_c1 without Spark's code generation (whole-stage and expression codegen
 off: small data is evaluated faster than Janino compiles the code for it);
 ``c1_no_cds``: tuned_c1 without the class-data-sharing archive scripts/setup makes (the driver
-loads its ~25,000 classes from the jars; ``streamshift.local.cds``).
+loads its ~25,000 classes from the jars; ``streamshift.engine.cds``).
 Alternates the three ``--repeat`` times on fresh warehouses and prints each wall time and CPU
 time (the job's process tree) and the ratios.
 Run: .venv/bin/python bench/submit_tuning.py [--trades N] [--repeat R]
@@ -31,8 +31,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from flows.trades.generate import generate_day
-from streamshift.core.settings import load_settings
-from streamshift.spark import SHORT_JOB_JVM_OPTS, jars, submit_conf, submit_env, tuning_conf
+from streamshift.engine.spark import SHORT_JOB_JVM_OPTS, jars, submit_conf, submit_env, tuning_conf
+from streamshift.spec.settings import load_settings
 
 DAY = dt.date(2026, 11, 20)
 INTERPRETED = {

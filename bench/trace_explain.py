@@ -36,12 +36,12 @@ def build(warehouse_home: Path, trades: int, days: int) -> tuple[str, dt.date, s
     from pyspark.sql import functions as F
 
     from flows.trades import FLOW, POSITIONS
-    from streamshift.core.catalog import LayerTables
-    from streamshift.core.contract import IS_DELETED, SOURCE
-    from streamshift.core.settings import load_settings
-    from streamshift.spark import get_spark
-    from streamshift.write.target import load_reference
-    from streamshift.write.transforms import checked_changes, latest_per_key, state_columns
+    from streamshift.engine.spark import get_spark
+    from streamshift.engine.write.target import load_reference
+    from streamshift.engine.write.transforms import checked_changes, latest_per_key, state_columns
+    from streamshift.spec.catalog import LayerTables
+    from streamshift.spec.contract import IS_DELETED, SOURCE
+    from streamshift.spec.settings import load_settings
 
     settings = load_settings({}, home=warehouse_home, engine="")
     spark = get_spark(settings, app_name="bench-trace-explain")

@@ -49,13 +49,13 @@ def side(code: str, work: Path, trades: int, rows: int, repeat: int) -> dict[str
     import datetime as dt
 
     from flows.trades import FLOW
-    from streamshift.core.catalog import LayerTables
-    from streamshift.core.settings import load_settings
-    from streamshift.jobs.eod import run_eod
-    from streamshift.spark import get_spark
-    from streamshift.write.apply import apply_changes
-    from streamshift.write.target import Target, load_reference
-    from streamshift.write.transforms import raw_schema
+    from streamshift.engine.jobs.eod import run_eod
+    from streamshift.engine.spark import get_spark
+    from streamshift.engine.write.apply import apply_changes
+    from streamshift.engine.write.target import Target, load_reference
+    from streamshift.engine.write.transforms import raw_schema
+    from streamshift.spec.catalog import LayerTables
+    from streamshift.spec.settings import load_settings
 
     assert Path(sys.modules["streamshift"].__file__ or "").is_relative_to(code)
     day = dt.date(2026, 11, 20)

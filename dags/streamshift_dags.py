@@ -5,13 +5,12 @@ One ``eod_<flow>``, one ``late_data_<flow>`` and one ``maintenance_<flow>`` DAG 
 ``stream_supervisor``, one ``streamshift_promote`` (the Migration page's promotions) and one
 ``streamshift_redrive`` (the quarantine re-driven once a cause is fixed).
 Parsing imports ``airflow.sdk``, ``pendulum`` and the Spark-free core only (``tests/test_boundaries.py`` checks it); the factories are in
-``streamshift/orchestrate/dags.py``.
+``streamshift/airflow/dags.py``.
 """
 
 from __future__ import annotations
 
-from streamshift.core.registry import flow_names
-from streamshift.orchestrate.dags import (
+from streamshift.airflow.dags import (
     eod_dag,
     late_data_dag,
     maintenance_dag,
@@ -19,6 +18,7 @@ from streamshift.orchestrate.dags import (
     redrive_dag,
     stream_supervisor_dag,
 )
+from streamshift.spec.registry import flow_names
 
 for _flow in flow_names():
     globals()[f"eod_{_flow}"] = eod_dag(_flow)

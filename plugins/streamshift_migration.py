@@ -1,6 +1,6 @@
 """The streamshift Airflow plugin: the Migration page in the Airflow UI's navigation.
 
-Thin on purpose: the app and its data live in ``streamshift/orchestrate/migration.py``.
+Thin on purpose: the app and its data live in ``streamshift/airflow/migration.py``.
 Importing this file (the API server does, at start) loads neither pyspark nor a JVM;
 ``tests/test_boundaries.py`` checks it.
 """
@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from airflow.plugins_manager import AirflowPlugin
 
-from streamshift.orchestrate.migration import create_app
+from streamshift.airflow.migration import create_app
 
 
 class StreamshiftPlugin(AirflowPlugin):

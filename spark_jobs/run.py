@@ -7,7 +7,7 @@ It takes what the CLI takes — a command line, or a typed job request as JSON:
     eval spark-submit "$(streamshift spark-submit-args)" spark_jobs/run.py \\
         '{"kind": "maintain", "flow": "<flow>"}'
 
-Either way the job is ``streamshift.jobs.requests.run(spark, request)`` in this driver's
+Either way the job is ``streamshift.engine.jobs.requests.run(spark, request)`` in this driver's
 session; it exits 0 when done, 1 when a reconciliation asked to fail on breaks found some or
 an expectation with policy ``fail`` failed, and 2 on a refused request (the error says why).
 """

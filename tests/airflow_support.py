@@ -18,12 +18,12 @@ from typing import Any
 
 from flows.trades import FLOW
 from flows.trades.generate import generate_day
-from streamshift.core.catalog import LayerTables
-from streamshift.core.dayfiles import DayFiles
-from streamshift.core.settings import REPO_ROOT, Settings
+from streamshift.airflow import tasks as T
+from streamshift.engine.write.target import read
 from streamshift.local.airflow import LocalAirflow, metadata_db
-from streamshift.orchestrate import tasks as T
-from streamshift.write.target import read
+from streamshift.spec.catalog import LayerTables
+from streamshift.spec.dayfiles import DayFiles
+from streamshift.spec.settings import REPO_ROOT, Settings
 
 DAG_TEST = """
 import json, sys, pendulum, importlib.util
@@ -101,8 +101,8 @@ def positions(spark, warehouse: Path, day: dt.date) -> list[tuple[Any, ...]]:  #
 
 def expected_positions(spark, *files: Path) -> list[tuple[Any, ...]]:  # type: ignore[no-untyped-def]
     """The positions the files' rows must give, computed by the flow's pure transforms."""
-    from streamshift.sources.produce import read_rows
-    from streamshift.write.target import load_reference
+    from streamshift.engine.write.target import load_reference
+    from streamshift.store.produce import read_rows
     from tests.stream_support import oracle
 
     rows = [row for f in files for row in read_rows(f, FLOW)]

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from streamshift.spark import submit_env
+from streamshift.engine.spark import submit_env
 
 CLI = [sys.executable, "-m", "streamshift.cli"]
 # Small local Spark for commands that start one.

@@ -14,8 +14,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from streamshift.core.processes import free_port, pid_alive, port_open
-from streamshift.spark import submit_env
+from streamshift.engine.spark import submit_env
+from streamshift.store.processes import free_port, pid_alive, port_open
 
 SPARK_CLASS = str(Path(sys.executable).parent / "spark-class")
 

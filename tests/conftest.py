@@ -22,7 +22,7 @@ if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
 for _name in [n for n in os.environ if n.startswith("STREAMSHIFT_") and n != "STREAMSHIFT_PYTHON"]:
     del os.environ[_name]
 
-from streamshift.spark import SHORT_JOB_JVM_OPTS
+from streamshift.engine.spark import SHORT_JOB_JVM_OPTS
 
 # The JVMs the tests start and drop (a command's, a stream job's, a spark-submit's) live for
 # a minute or two: C1-compiled code only, in a code cache big enough for it, halves the JIT's
@@ -36,8 +36,8 @@ os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
 # compilation, with the same code cache and collector.
 LONG_LIVED_JVM_OPTS = "-XX:ReservedCodeCacheSize=256m -XX:+UseSerialGC"
 
-from streamshift.core.registry import flow_names
-from streamshift.core.settings import Settings, load_settings
+from streamshift.spec.registry import flow_names
+from streamshift.spec.settings import Settings, load_settings
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -51,8 +51,8 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     import tempfile
 
-    from streamshift.core.processes import free_port
     from streamshift.local.engine import LocalEngine
+    from streamshift.store.processes import free_port
 
     home = Path(tempfile.mkdtemp(prefix="streamshift-test-engine-"))
     engine = LocalEngine(load_settings({}, home=home, engine=f"sc://127.0.0.1:{free_port()}"))
@@ -119,7 +119,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):  #
 @pytest.fixture(params=flow_names())
 def any_flow(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
     """Each declared flow in turn: tests that prove the kit generic run once per flow."""
-    from streamshift.core.registry import get_flow
+    from streamshift.spec.registry import get_flow
 
     return get_flow(request.param)
 
@@ -147,7 +147,7 @@ def spark(settings: Settings):  # type: ignore[no-untyped-def]
     """This process's session. It lives through every test the worker runs, so its JVM
     compiles with C2 as well: within minutes C2's faster code saves more CPU than compiling it
     costs (the JVMs a test starts and drops stay C1-only, SPARK_SUBMIT_OPTS above)."""
-    from streamshift.spark import get_spark
+    from streamshift.engine.spark import get_spark
 
     short_lived = os.environ["SPARK_SUBMIT_OPTS"]
     os.environ["SPARK_SUBMIT_OPTS"] = LONG_LIVED_JVM_OPTS
@@ -162,8 +162,8 @@ def spark(settings: Settings):  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory, settings: Settings) -> Iterator[str]:
     """A real single-node KRaft broker on a free 127.0.0.1 port; yields its bootstrap."""
-    from streamshift.core.processes import free_port
     from streamshift.local.broker import LocalBroker
+    from streamshift.store.processes import free_port
 
     broker = LocalBroker(
         data_dir=tmp_path_factory.mktemp("kafka"),
@@ -194,8 +194,8 @@ def table_root(tmp_path: Path) -> Path:
 def airflow_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """One real local Airflow 3 per test session (API server, scheduler, DAG processor,
     triggerer) on a free 127.0.0.1 port; yields (settings, REST client)."""
-    from streamshift.core.processes import free_port
     from streamshift.local.airflow import LocalAirflow
+    from streamshift.store.processes import free_port
 
     if hasattr(request.config, "workerinput") and request.config.getvalue("loadgroup"):
         # Under xdist's loadgroup every user of the stack runs in this one worker; were the
@@ -220,7 +220,7 @@ def airflow_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         promotion_window=3,
         engine=test_engine(),  # the suite's engine: the stack starts none of its own
     )
-    from streamshift.write.commits import KILL_FILE_ENV
+    from streamshift.engine.write.commits import KILL_FILE_ENV
     from tests.airflow_support import kill_file
 
     stack = LocalAirflow(stack_settings)

@@ -16,18 +16,18 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from flows.trades import FLOW
-from streamshift.core.contract import FAILED, IS_DELETED, SOURCE, SOURCE_REF
-from streamshift.core.dayfiles import DayFiles
-from streamshift.core.flow import Flow
-from streamshift.core.settings import Settings
-from streamshift.sources.produce import read_rows
-from streamshift.write.target import Target, read
-from streamshift.write.transforms import (
+from streamshift.engine.write.target import Target, read
+from streamshift.engine.write.transforms import (
     checked_changes,
     distinct_versions,
     latest_per_key,
     raw_schema,
 )
+from streamshift.spec.contract import FAILED, IS_DELETED, SOURCE, SOURCE_REF
+from streamshift.spec.dayfiles import DayFiles
+from streamshift.spec.flow import Flow
+from streamshift.spec.settings import Settings
+from streamshift.store.produce import read_rows
 
 # Columns that say *when* or *how* a row arrived; equal states may differ in them.
 ARRIVAL = ["_applied_at", SOURCE, SOURCE_REF]
@@ -106,7 +106,7 @@ def state(spark, target: Target, state_columns: list[str]) -> dict[str, Any]:  #
 
 def drain(spark, settings: Settings, topic: str, layer: str = "stream", flow: Flow = FLOW):  # type: ignore[no-untyped-def]
     """Run the flow's stream on ``topic`` until it has read everything there (available-now)."""
-    from streamshift.jobs.stream import run_stream
+    from streamshift.engine.jobs.stream import run_stream
 
     return run_stream(
         spark,

@@ -19,15 +19,15 @@ from pathlib import Path
 import pytest
 
 from flows.trades import FLOW
-from streamshift.core.catalog import LayerTables
-from streamshift.core.processes import group_alive, group_members
-from streamshift.core.registry import flow_names
-from streamshift.core.settings import REPO_ROOT, load_settings
+from streamshift.airflow import tasks as T
+from streamshift.engine.write.target import delta_log_version
 from streamshift.local.airflow import AirflowApiError, LocalAirflow, metadata_db
-from streamshift.orchestrate import tasks as T
-from streamshift.read.tables import rows
-from streamshift.sources.produce import read_rows
-from streamshift.write.target import delta_log_version
+from streamshift.spec.catalog import LayerTables
+from streamshift.spec.registry import flow_names
+from streamshift.spec.settings import REPO_ROOT, load_settings
+from streamshift.store.processes import group_alive, group_members
+from streamshift.store.produce import read_rows
+from streamshift.store.tables import rows
 from tests.airflow_support import (
     arm_kill_after_commits,
     busy_writer,

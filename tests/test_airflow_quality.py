@@ -15,7 +15,7 @@ from urllib.parse import urljoin
 
 import pytest
 
-from streamshift.read.control import current_stage, quality_results
+from streamshift.store.records import current_stage, quality_results
 from tests.airflow_support import dag_test, land_day
 from tests.cli_support import run_cli
 

@@ -21,22 +21,22 @@ import pytest
 from pyspark.sql import functions as F
 
 from flows.trades import FLOW
-from streamshift.control.recon import recon_runs_path
-from streamshift.control.stages import promote
-from streamshift.core.catalog import LayerTables
-from streamshift.core.heartbeat import broker_lag, processed_events, read_heartbeat
-from streamshift.core.processes import pid_alive
-from streamshift.core.settings import load_settings
-from streamshift.jobs.eod import run_eod
-from streamshift.jobs.reconcile import run_reconcile
+from streamshift.airflow.supervise import read_restarts
+from streamshift.engine.jobs.eod import run_eod
+from streamshift.engine.jobs.promote import promote
+from streamshift.engine.jobs.reconcile import run_reconcile
+from streamshift.engine.recon import recon_runs_path
+from streamshift.engine.write.apply import apply_changes
+from streamshift.engine.write.target import Target, read
+from streamshift.engine.write.transforms import raw_schema
 from streamshift.local.airflow import LocalAirflow
-from streamshift.orchestrate.supervise import read_restarts
-from streamshift.read.control import day_closes
-from streamshift.read.tables import rows
-from streamshift.sources.produce import produce_rows, read_rows
-from streamshift.write.apply import apply_changes
-from streamshift.write.target import Target, read
-from streamshift.write.transforms import raw_schema
+from streamshift.spec.catalog import LayerTables
+from streamshift.spec.settings import load_settings
+from streamshift.store.heartbeat import broker_lag, processed_events, read_heartbeat
+from streamshift.store.processes import pid_alive
+from streamshift.store.produce import produce_rows, read_rows
+from streamshift.store.records import day_closes
+from streamshift.store.tables import rows
 from tests.airflow_support import asset_events, dag_test, land_day, land_external
 from tests.cli_support import CLI, cli_env, test_engine
 from tests.stream_support import drain, new_topic, oracle, state

@@ -30,13 +30,12 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from flows.trades import FLOW
 from flows.trades.generate import generate_day
+from streamshift.airflow import tasks as T
 from streamshift.control.report import write_report
-from streamshift.control.stages import promote
-from streamshift.core.catalog import ControlTables
-from streamshift.core.registry import flow_names
-from streamshift.core.stages import NAMES as STAGES
-from streamshift.jobs.eod import run_eod
-from streamshift.jobs.reconcile import reconcile_date
+from streamshift.engine.jobs.eod import run_eod
+from streamshift.engine.jobs.promote import promote
+from streamshift.engine.jobs.reconcile import reconcile_date
+from streamshift.engine.write.target import Target, read
 from streamshift.local.airflow import (
     APPROVER,
     OPERATOR,
@@ -46,9 +45,10 @@ from streamshift.local.airflow import (
     LocalAirflow,
     password,
 )
-from streamshift.orchestrate import tasks as T
-from streamshift.read.control import current_stage
-from streamshift.write.target import Target, read
+from streamshift.spec.catalog import ControlTables
+from streamshift.spec.registry import flow_names
+from streamshift.spec.stages import NAMES as STAGES
+from streamshift.store.records import current_stage
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
 
@@ -691,7 +691,7 @@ def test_the_page_re_drives_a_rules_quarantine_as_the_signed_in_user(  # type: i
     that rule (and date) as the signed-in user,
     and, once the run is done, its outcome per row (here: the device is still unknown, so the
     row stays, recorded as still failing). A viewer may not re-drive."""
-    from streamshift.core.registry import get_flow, get_generator
+    from streamshift.spec.registry import get_flow, get_generator
 
     settings, client = airflow_stack
     flow = get_flow("telemetry")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from streamshift.core.requests import JobRequest, PromoteRequest
-from streamshift.core.settings import load_settings
+from streamshift.spec.requests import JobRequest, PromoteRequest
+from streamshift.spec.settings import load_settings
 
 pytestmark = [pytest.mark.spark]
 
@@ -24,10 +24,11 @@ def test_an_unanswered_promotion_is_a_recorded_rejection_and_a_retry_records_it_
     import dataclasses
     from types import SimpleNamespace
 
-    from streamshift.control.stages import PromotionRejected, promote
-    from streamshift.jobs.requests import run
-    from streamshift.orchestrate.approval import PromotionApproval
-    from streamshift.read.control import current_stage, promotion_decisions
+    from streamshift.airflow.approval import PromotionApproval
+    from streamshift.control.stages import PromotionRejected
+    from streamshift.engine.jobs.promote import promote
+    from streamshift.engine.jobs.requests import run
+    from streamshift.store.records import current_stage, promotion_decisions
 
     settings = load_settings({}, home=tmp_path, spark_master="local[2]")
     promote(spark, settings, "trades", "shadow", by="test")
@@ -76,11 +77,11 @@ def test_the_cli_asks_airflow_for_the_approval_and_says_so_when_it_is_not_runnin
     closed gate is refused first, in the gate's words."""
     from flows.trades import FLOW
     from flows.trades.generate import generate_day
-    from streamshift.control.stages import promote
-    from streamshift.jobs.eod import run_eod
-    from streamshift.jobs.reconcile import reconcile_date
-    from streamshift.read.control import current_stage
-    from streamshift.write.target import Target
+    from streamshift.engine.jobs.eod import run_eod
+    from streamshift.engine.jobs.promote import promote
+    from streamshift.engine.jobs.reconcile import reconcile_date
+    from streamshift.engine.write.target import Target
+    from streamshift.store.records import current_stage
     from tests.cli_support import LOCAL_SPARK, run_cli
 
     settings = load_settings({}, home=tmp_path, spark_master="local[2]", promotion_window=1)

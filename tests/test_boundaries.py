@@ -1,33 +1,57 @@
-"""The Spark-free boundary: what DAG parsing, the Airflow web process and read commands import.
+"""The layout by runtime, held by folder rules: what needs a SparkSession lives in
+``streamshift/engine/``, and nothing JVM-free imports it.
 
-Each check runs in a fresh interpreter, so nothing an earlier test imported can hide a leak.
+* ``spec/`` (pure), ``store/`` (JVM-free IO) and ``control/`` (JVM-free decisions and views)
+  never import ``engine/``, nor the entry layers (``airflow/``, ``cli/``, ``local/``): not at
+  module level, not inside a function. ``spec/`` imports only ``spec/``; ``store/`` only
+  ``spec/`` and ``store/``.
+* ``airflow/``, ``cli/`` and ``local/`` are entry points: they reach ``engine/`` only inside the
+  function that runs a job, never at import.
+* ``engine/`` never imports the entry layers.
+* Importing every module of the JVM-free folders, the entry layers, the DAG files and the
+  plugin imports no pyspark, delta or great_expectations (in a fresh interpreter, so nothing an
+  earlier test imported can hide a leak).
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "streamshift"
 HEAVY = ("pyspark", "delta", "great_expectations")
+JVM_FREE = ("spec", "store", "control")
+ENTRY = ("airflow", "cli", "local")
+# what each folder may import from the package at all (None: anything)
+MAY_IMPORT = {
+    "spec": {"spec"},
+    "store": {"spec", "store"},
+    "control": {"spec", "store", "control"},
+    "engine": {"spec", "store", "control", "engine"},
+}
 
 PROBE = """
 import importlib, importlib.util, json, pkgutil, sys
 from pathlib import Path
-import streamshift.core as core
+import streamshift
 loaded = []
-for m in pkgutil.walk_packages(core.__path__, "streamshift.core."):
-    importlib.import_module(m.name)
-    loaded.append(m.name)
+for folder in sys.argv[1].split(","):
+    package = importlib.import_module(f"streamshift.{folder}")
+    loaded.append(package.__name__)
+    for m in pkgutil.walk_packages(package.__path__, f"streamshift.{folder}."):
+        importlib.import_module(m.name)
+        loaded.append(m.name)
 for folder in ("dags", "plugins"):
     for path in sorted(Path(folder).glob("*.py")):
         spec = importlib.util.spec_from_file_location(f"_probe_{folder}_{path.stem}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         loaded.append(str(path))
-heavy = sorted({n.split(".")[0] for n in sys.modules} & set(sys.argv[1:]))
+heavy = sorted({n.split(".")[0] for n in sys.modules} & set(sys.argv[2:]))
 print(json.dumps({"loaded": loaded, "heavy": heavy}))
 """
 
@@ -46,17 +70,65 @@ def _run(code: str, *args: str) -> object:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_core_dags_and_plugins_import_no_spark_delta_or_great_expectations() -> None:
-    result = _run(PROBE, *HEAVY)
+def test_the_jvm_free_folders_the_entry_layers_dags_and_plugins_import_no_spark() -> None:
+    result = _run(PROBE, ",".join(JVM_FREE + ENTRY), *HEAVY)
     assert isinstance(result, dict)
-    # The probe really walked the core (and whatever DAGs and plugins exist).
-    for module in ("settings", "flow", "registry", "catalog", "contract", "heartbeat"):
-        assert f"streamshift.core.{module}" in result["loaded"]
+    # The probe really walked the folders (and whatever DAGs and plugins exist).
+    for module in ("spec.settings", "spec.flow", "store.tables", "control.trace", "airflow.dags"):
+        assert f"streamshift.{module}" in result["loaded"]
+    assert any(p.startswith("dags/") for p in result["loaded"])
     assert result["heavy"] == [], f"imported {result['heavy']} (loaded: {result['loaded']})"
 
 
+def _imports(path: Path) -> list[tuple[int, str, bool]]:
+    """(line, module, at import time) of every import in ``path`` but those for type checkers
+    only; ``from x import y`` names ``x.y`` (a module or a name in ``x``)."""
+    found: list[tuple[int, str, bool]] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            if isinstance(child, ast.Import):
+                found.extend((child.lineno, a.name, not in_function) for a in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.module:
+                found.extend(
+                    (child.lineno, f"{child.module}.{a.name}", not in_function) for a in child.names
+                )
+            function = isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+            visit(child, in_function or function)
+
+    visit(ast.parse(path.read_text()), False)
+    return found
+
+
+def _folder(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "streamshift" and len(parts) > 1 else None
+
+
+def test_each_folder_imports_only_what_its_runtime_allows() -> None:
+    broken = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        folder = path.relative_to(PACKAGE).parts[0]
+        if folder not in (*MAY_IMPORT, *ENTRY):
+            continue
+        for line, module, at_import in _imports(path):
+            where = f"{path.relative_to(REPO)}:{line} imports {module}"
+            target = _folder(module)
+            heavy = module.split(".")[0] in HEAVY
+            rules = (
+                folder in MAY_IMPORT and target is not None and target not in MAY_IMPORT[folder],
+                folder in JVM_FREE and heavy and at_import,
+                folder in ENTRY and at_import and (heavy or target == "engine"),
+            )
+            if any(rules):
+                broken.append(where)
+    assert broken == []
+
+
 FLOW_NAMES_PROBE = (
-    "import sys, json; from streamshift.core.registry import flow_names; "
+    "import sys, json; from streamshift.spec.registry import flow_names; "
     "print(json.dumps([flow_names(), 'pyspark' in sys.modules, 'flows.trades' in sys.modules]))"
 )
 
@@ -72,7 +144,7 @@ KIT = ("streamshift", "dags", "plugins", "spark_jobs", "streaming")
 
 def test_nothing_in_the_kit_names_a_flow() -> None:
     """The kit is generic: flows live in flows/ (and their suites in expectations/)."""
-    from streamshift.core.registry import flow_names
+    from streamshift.spec.registry import flow_names
 
     named = [
         f"{path.relative_to(REPO)}:{n}: {line.strip()}"

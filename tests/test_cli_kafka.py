@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from streamshift.core.processes import free_port
+from streamshift.store.processes import free_port
 from tests.cli_support import run_cli
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streamshift.core.processes import free_port
+from streamshift.store.processes import free_port
 from tests.cli_support import run_cli
 
 
@@ -73,7 +73,7 @@ def test_status_without_any_stream_job(tmp_path: Path) -> None:
     assert "no streaming job has run here yet" in result.stdout
     # The warm engine's line first: the suite's engine answers; an address nothing listens on
     # does not, and the line says what to start (the exit status stays the streams').
-    from streamshift.core.processes import free_port
+    from streamshift.store.processes import free_port
     from tests.cli_support import run_cli, test_engine
 
     if test_engine():

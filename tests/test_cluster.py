@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from flows.trades import FLOW
-from streamshift.core.processes import free_port
+from streamshift.engine.write.target import Target
 from streamshift.local.airflow import LocalAirflow
 from streamshift.local.engine import LocalEngine
-from streamshift.sources.produce import produce_rows, read_rows
-from streamshift.write.target import Target
+from streamshift.store.processes import free_port
+from streamshift.store.produce import produce_rows, read_rows
 from tests.airflow_support import dag_test, land_day
 from tests.cli_support import CLI, cli_env
 from tests.cluster_support import SparkCluster

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from flows.trades import FLOW
-from streamshift.core.flow import Completeness
-from streamshift.sources.eodfile import IncompleteFileError, wait_until_complete, waiting_for
+from streamshift.spec.flow import Completeness
+from streamshift.store.eodfile import IncompleteFileError, wait_until_complete, waiting_for
 from tests.cli_support import run_cli
 
 DAY = dt.date(2026, 11, 20)
@@ -106,10 +106,10 @@ def test_the_cli_refuses_a_file_being_copied_before_spark_starts(tmp_path) -> No
 @pytest.mark.spark
 @pytest.mark.slow
 def test_a_replacement_copied_in_two_halves_never_retracts_its_second_half(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from streamshift.core.catalog import LayerTables
-    from streamshift.jobs.eod import run_eod
-    from streamshift.sources.eodfile import BadFileError
-    from streamshift.write.target import Target, load_reference, read
+    from streamshift.engine.jobs.eod import run_eod
+    from streamshift.engine.write.target import Target, load_reference, read
+    from streamshift.spec.catalog import LayerTables
+    from streamshift.store.eodfile import BadFileError
 
     target = Target(
         spark, TRAILED, LayerTables(tmp_path / "wh", TRAILED, "batch"), load_reference(spark, FLOW)
@@ -151,7 +151,7 @@ def test_the_eod_dags_trigger_fires_only_once_the_file_is_complete(tmp_path) -> 
     the marker is missing; one once it is there; it serializes to itself."""
     import asyncio
 
-    from streamshift.orchestrate.waiting import CompleteFileTrigger
+    from streamshift.airflow.waiting import CompleteFileTrigger
 
     path = _write(tmp_path / "day.csv", _rows(3))
     trigger = CompleteFileTrigger(str(path), 0, marker=True, poke_interval=0.05)

@@ -10,11 +10,11 @@ import pytest
 
 from flows.trades import FLOW
 from flows.trades.generate import TradingDay, generate_day
-from streamshift.core.catalog import LayerTables
-from streamshift.jobs.eod import run_eod
-from streamshift.sources.eodfile import BadFileError
-from streamshift.write import apply as apply_module
-from streamshift.write.target import Target, read
+from streamshift.engine.jobs.eod import run_eod
+from streamshift.engine.write import apply as apply_module
+from streamshift.engine.write.target import Target, read
+from streamshift.spec.catalog import LayerTables
+from streamshift.store.eodfile import BadFileError
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -24,7 +24,7 @@ GOOD = "T1,1,NEW,2026-11-20,2026-11-20T10:00:00Z,EQ-US-FLOW,AAPL,BUY,100,10.5,US
 
 
 def _target(spark, root: Path) -> Target:  # type: ignore[no-untyped-def]
-    from streamshift.write.target import load_reference
+    from streamshift.engine.write.target import load_reference
 
     return Target(spark, FLOW, LayerTables(root, FLOW, "batch"), load_reference(spark, FLOW))
 
@@ -232,9 +232,9 @@ def test_positions_equal_full_recompute_after_random_load_sequences(  # type: ig
 def test_rows_with_another_field_count_are_flagged_whole_quotes_respected(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A comma inside double quotes is no separator; a row with too many or too few fields is
     flagged ``field_count`` (quarantined whole), whether or not it has quotes."""
-    from streamshift.core.contract import MALFORMED, SOURCE_REF
-    from streamshift.sources.eodfile import check_file
-    from streamshift.sources.eodread import FIELD_COUNT_RULE, read_eod_file
+    from streamshift.engine.eodread import FIELD_COUNT_RULE, read_eod_file
+    from streamshift.spec.contract import MALFORMED, SOURCE_REF
+    from streamshift.store.eodfile import check_file
 
     quoted = GOOD.replace("T1,", "T2,").replace("AAPL", '"AAPL, Inc."')
     lines = {
@@ -266,9 +266,9 @@ def test_a_spreadsheets_csv_with_a_byte_order_mark_and_crlf_reads_like_a_plain_o
     used to make the header's first column "\\ufefftrade_id" (refused: "missing columns
     trade_id", with the mark invisible in the message); the rows must come out as from the
     plain file, with no carriage return in the last column."""
-    from streamshift.core.contract import SOURCE_REF
-    from streamshift.sources.eodfile import check_file
-    from streamshift.sources.eodread import read_eod_file
+    from streamshift.engine.eodread import read_eod_file
+    from streamshift.spec.contract import SOURCE_REF
+    from streamshift.store.eodfile import check_file
 
     body = [HEADER, GOOD, GOOD.replace("T1,", "T2,").replace(",USD", ",EUR")]
     plain, excel = tmp_path / "plain.csv", tmp_path / "excel.csv"

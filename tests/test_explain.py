@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from streamshift.core.catalog import LayerTables
-from streamshift.core.registry import get_flow
-from streamshift.jobs.eod import run_eod
-from streamshift.read.explain import CHANGED, ENTERED, LEFT, explain
-from streamshift.read.trace import trace
-from streamshift.write.target import Target
+from streamshift.control.explain import CHANGED, ENTERED, LEFT, explain
+from streamshift.control.trace import trace
+from streamshift.engine.jobs.eod import run_eod
+from streamshift.engine.write.target import Target
+from streamshift.spec.catalog import LayerTables
+from streamshift.spec.registry import get_flow
 from tests.cli_support import run_cli
 
 pytestmark = [pytest.mark.spark]
@@ -156,8 +156,8 @@ def test_explain_names_the_members_and_every_change_that_moved_a_group(spark, tm
 
     # The Migration page's explanation (what a break links to): the same members, each linking
     # to its trace.
-    from streamshift.core.settings import load_settings
-    from streamshift.orchestrate.migration import break_link, render_explain
+    from streamshift.airflow.migration import break_link, render_explain
+    from streamshift.spec.settings import load_settings
 
     link = break_link("trades", DAY, json.dumps({"business_date": str(DAY), "book": B1,
                                                   "instrument": X}))  # fmt: skip
@@ -202,7 +202,7 @@ def test_a_replacements_cancel_ranks_below_a_real_event_of_its_version_in_a_trac
     """Outcomes by the write path's order of precedence, on history rows as stored: a
     replacement's synthetic cancel of v2 loses to the desk's own v2 received after it, and
     a real v2 received before it leaves the cancel stale."""
-    from streamshift.read.trace import outcomes
+    from streamshift.control.trace import outcomes
 
     def row(version: int, source: str, at: int, ref: str) -> dict[str, object]:
         return {"version": version, "_source": source, "_applied_at": at, "_source_ref": ref}

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from flows.trades import FLOW
-from streamshift.core.catalog import LayerTables
-from streamshift.jobs.eod import run_eod
-from streamshift.read.tables import rows as delta_rows
-from streamshift.read.trace import trace
-from streamshift.write.apply import apply_changes
-from streamshift.write.target import Target, read
-from streamshift.write.transforms import raw_schema
+from streamshift.control.trace import trace
+from streamshift.engine.jobs.eod import run_eod
+from streamshift.engine.write.apply import apply_changes
+from streamshift.engine.write.target import Target, read
+from streamshift.engine.write.transforms import raw_schema
+from streamshift.spec.catalog import LayerTables
+from streamshift.store.tables import rows as delta_rows
 from tests.trades_data import frame, trade
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -76,7 +76,7 @@ def _oracle(*files: list[list[str]]) -> tuple[dict[str, tuple[int, bool]], dict[
 
 
 def _target(spark, root: Path, layer: str = "batch") -> Target:  # type: ignore[no-untyped-def]
-    from streamshift.write.target import load_reference
+    from streamshift.engine.write.target import load_reference
 
     return Target(spark, FLOW, LayerTables(root, FLOW, layer), load_reference(spark, FLOW))
 
@@ -185,9 +185,9 @@ def test_a_spreadsheet_shaped_file_reads_as_the_csv_modules(spark, tmp_path) -> 
     """BOM, CRLF and every field quoted (as spreadsheets write) give the same rows as Python's
     csv module; a quoted field holding a line break is flagged on each of its physical lines,
     and the lines after it keep their own numbers."""
-    from streamshift.core.contract import MALFORMED, SOURCE_REF
-    from streamshift.sources.eodfile import check_file
-    from streamshift.sources.eodread import QUOTED_LINE_BREAK_RULE, read_eod_file
+    from streamshift.engine.eodread import QUOTED_LINE_BREAK_RULE, read_eod_file
+    from streamshift.spec.contract import MALFORMED, SOURCE_REF
+    from streamshift.store.eodfile import check_file
 
     rows = [_row(k, 1, "NEW", "BUY", 10) for k in HOSTILE]
     plain = _write(tmp_path / "plain.csv", rows)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from streamshift.core.settings import Settings
-from streamshift.sources.kafka import ensure_topic, producer_config
+from streamshift.spec.settings import Settings
+from streamshift.store.kafka import ensure_topic, producer_config
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 

@@ -11,10 +11,10 @@ import pytest
 
 from flows.trades import FLOW
 from flows.trades.generate import generate_day
-from streamshift.core.settings import load_settings
-from streamshift.jobs.eod import run_eod
-from streamshift.jobs.maintain import flow_tables, run_maintain
-from streamshift.write.target import Target, read
+from streamshift.engine.jobs.eod import run_eod
+from streamshift.engine.jobs.maintain import flow_tables, run_maintain
+from streamshift.engine.write.target import Target, read
+from streamshift.spec.settings import load_settings
 from tests.cli_support import run_cli
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

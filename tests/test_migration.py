@@ -18,19 +18,20 @@ from html.parser import HTMLParser
 import pytest
 from pyspark.sql import functions as F
 
-from streamshift.control.recon import recon_breaks_path, recon_runs_path
 from streamshift.control.report import write_report
 from streamshift.control.serving import serving_view_rows
-from streamshift.control.stages import PromotionRefused, promote
-from streamshift.core.registry import get_generator
-from streamshift.jobs.eod import run_eod
-from streamshift.jobs.reconcile import eod_correct, reconcile_date
-from streamshift.quality.project import datasets
-from streamshift.quality.validate import run_quality
-from streamshift.read import tables as jvm_free
-from streamshift.read.control import current_stage
-from streamshift.sources.produce import produce_rows, read_rows
-from streamshift.write.target import Target, read
+from streamshift.control.stages import PromotionRefused
+from streamshift.engine.jobs.eod import run_eod
+from streamshift.engine.jobs.promote import promote
+from streamshift.engine.jobs.reconcile import eod_correct, reconcile_date
+from streamshift.engine.recon import recon_breaks_path, recon_runs_path
+from streamshift.engine.validate import run_quality
+from streamshift.engine.write.target import Target, read
+from streamshift.spec.registry import get_generator
+from streamshift.store import tables as jvm_free
+from streamshift.store.produce import produce_rows, read_rows
+from streamshift.store.quality import datasets
+from streamshift.store.records import current_stage
 from tests.stream_support import drain, isolated, new_topic, oracle
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]

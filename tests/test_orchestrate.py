@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from streamshift.core.requests import (
+from streamshift.airflow import tasks as T
+from streamshift.airflow.supervise import health
+from streamshift.spec.requests import (
     CloseRequest,
     EodRequest,
     JobRequest,
@@ -20,10 +22,8 @@ from streamshift.core.requests import (
     RedriveRequest,
     ReplayRequest,
 )
-from streamshift.core.settings import load_settings
-from streamshift.orchestrate import tasks as T
-from streamshift.orchestrate.supervise import health
-from streamshift.quality.project import QualityError
+from streamshift.spec.settings import load_settings
+from streamshift.store.quality import QualityError
 
 DAY = dt.date(2026, 11, 20)
 
@@ -142,7 +142,7 @@ def test_stream_health_from_the_heartbeat() -> None:
 
 
 def test_status_shows_the_batch_a_running_job_is_working_on() -> None:
-    from streamshift.core.heartbeat import StreamStatus
+    from streamshift.store.heartbeat import StreamStatus
 
     seen = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=42)).isoformat()
     beat = {
@@ -228,8 +228,8 @@ def test_an_engine_task_fails_at_once_when_its_job_says_a_retry_cannot_help(
     import subprocess
     import sys
 
-    from streamshift.core.processes import free_port
     from streamshift.local.airflow import connections
+    from streamshift.store.processes import free_port
     from tests.cli_support import cli_env, test_engine
 
     if not test_engine():
@@ -239,7 +239,7 @@ def test_an_engine_task_fails_at_once_when_its_job_says_a_retry_cannot_help(
     script = (
         "import sys\n"
         "from airflow.sdk.exceptions import AirflowFailException\n"
-        "from streamshift.orchestrate.dags import engine_task\n"
+        "from streamshift.airflow.dags import engine_task\n"
         "try:\n"
         "    engine_task('load_eod_file', sys.argv[1], 'a refused load').execute({'params': {}})\n"
         "except AirflowFailException as exc:\n"
@@ -280,7 +280,7 @@ def test_the_supervisor_starts_the_stream_at_the_configured_niceness(tmp_path: P
     import signal
     import time
 
-    from streamshift.orchestrate.supervise import start_stream
+    from streamshift.airflow.supervise import start_stream
 
     settings = load_settings({}, home=tmp_path, stream_nice=3)
     pid = start_stream(settings, "trades", "no-such-topic")
@@ -296,14 +296,14 @@ def test_the_supervisor_starts_the_stream_at_the_configured_niceness(tmp_path: P
 def test_the_supervisor_knows_a_process_by_pid_and_start_honours_a_stop_and_backs_off(
     tmp_path,
 ) -> None:  # type: ignore[no-untyped-def]
-    from streamshift.core.heartbeat import heartbeat_path, read_status, write_heartbeat
-    from streamshift.core.processes import process_start
-    from streamshift.orchestrate.supervise import (
+    from streamshift.airflow.supervise import (
         backoff_until,
         read_restarts,
         restarts_path,
         supervise,
     )
+    from streamshift.store.heartbeat import heartbeat_path, read_status, write_heartbeat
+    from streamshift.store.processes import process_start
 
     now = dt.datetime.now(dt.UTC)
     fresh = (now - dt.timedelta(seconds=10)).isoformat()
@@ -356,8 +356,8 @@ def test_airflow_run_by_hand_with_the_stacks_home_sees_the_stack(tmp_path: Path)
     import subprocess
     import sys
 
-    from streamshift.core.settings import REPO_ROOT
     from streamshift.local.airflow import write_airflow_cfg
+    from streamshift.spec.settings import REPO_ROOT
 
     settings = load_settings({}, home=tmp_path)
     path = write_airflow_cfg(settings, 8080)

@@ -16,16 +16,17 @@ from pyspark.sql import functions as F
 
 from flows.trades import FLOW
 from flows.trades.generate import generate_day
-from streamshift.control.recon import ReconResult, record
 from streamshift.control.report import write_report
-from streamshift.control.stages import PromotionRefused, check_promotion, promote
-from streamshift.core.catalog import ControlTables
-from streamshift.jobs.eod import run_eod
-from streamshift.quality.docs_assets import remaining_addresses
-from streamshift.quality.project import QualityError, QualityRun
-from streamshift.quality.validate import data_docs_dir, run_quality
-from streamshift.read.control import quality_results
-from streamshift.write.target import Target, read
+from streamshift.control.stages import PromotionRefused, check_promotion
+from streamshift.engine.jobs.eod import run_eod
+from streamshift.engine.jobs.promote import promote
+from streamshift.engine.recon import ReconResult, record
+from streamshift.engine.validate import data_docs_dir, run_quality
+from streamshift.engine.write.target import Target, read
+from streamshift.spec.catalog import ControlTables
+from streamshift.store.data_docs import remaining_addresses
+from streamshift.store.quality import QualityError, QualityRun
+from streamshift.store.records import quality_results
 from tests.stream_support import isolated
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -185,7 +186,7 @@ def test_suites_pass_on_clean_days_and_name_what_breaks(spark, settings, tmp_pat
 def test_sampled_stream_batches_show_in_status_and_a_failing_one_does_not_stop_the_stream(  # type: ignore[no-untyped-def]
     spark, kafka_settings, tmp_path
 ) -> None:
-    from streamshift.sources.produce import produce_rows, read_rows
+    from streamshift.store.produce import produce_rows, read_rows
     from tests.cli_support import run_cli
     from tests.stream_support import drain, new_topic
 
@@ -210,7 +211,7 @@ def test_sampled_stream_batches_show_in_status_and_a_failing_one_does_not_stop_t
     assert "(trades.current): " in status.stdout and failed in status.stdout, status.stdout
     stream(rows[25:])  # the stream goes on
 
-    from streamshift.core.heartbeat import progress_path, read_progress
+    from streamshift.store.heartbeat import progress_path, read_progress
 
     samples = [p["quality"] for p in read_progress(progress_path(s.home, "trades", "stream"))]
     samples = [q for q in samples if q]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from streamshift.quality import project
-from streamshift.quality.project import PROJECT, QualityError, datasets, suite_document
+from streamshift.store import quality as project
+from streamshift.store.quality import PROJECT, QualityError, datasets, suite_document
 
 
 def test_every_suite_has_its_definition_checkpoint_asset_and_policies() -> None:
@@ -66,7 +66,7 @@ def test_data_docs_load_nothing_from_the_internet(tmp_path: Path, capsys) -> Non
 
     import great_expectations
 
-    from streamshift.quality import docs_assets
+    from streamshift.store import data_docs as docs_assets
 
     templates = Path(great_expectations.__file__).parent / "render" / "view"
     named = set()

@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from streamshift.core.settings import load_settings
-from streamshift.readme import README, SETTINGS_REFERENCE, main, settings_table
-from streamshift.write.target import Target, read
+from streamshift.cli.readme import README, SETTINGS_REFERENCE, main, settings_table
+from streamshift.engine.write.target import Target, read
+from streamshift.spec.settings import load_settings
 
 
 def test_the_generated_tables_are_current() -> None:
-    assert main(["--check"]) == 0, "run: .venv/bin/python -m streamshift.readme"
+    assert main(["--check"]) == 0, "run: .venv/bin/python -m streamshift.cli.readme"
     text = SETTINGS_REFERENCE.read_text()
     # Every setting is in the table, and nothing that is not a setting.
-    from streamshift.core.settings import describe
+    from streamshift.spec.settings import describe
 
     listed = set(re.findall(r"^\| `(STREAMSHIFT_\w+)` \|", text, re.MULTILINE))
     assert listed == {name for name, _, _ in describe()}
@@ -29,7 +29,7 @@ def test_the_generated_tables_are_current() -> None:
 
 
 def test_a_stale_table_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from streamshift import readme
+    from streamshift.cli import readme
 
     stale = tmp_path / "settings.md"
     stale.write_text(
@@ -46,7 +46,7 @@ def test_a_stale_table_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 @pytest.mark.spark
 def test_the_new_flow_example_loads_a_file_as_pasted(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from streamshift.jobs.eod import run_eod
+    from streamshift.engine.jobs.eod import run_eod
 
     section = README.read_text().split("## Writing a new flow", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.DOTALL)

@@ -10,12 +10,13 @@ from decimal import Decimal
 import pytest
 
 from flows.trades import FLOW
-from streamshift.control.compare import compare
-from streamshift.control.recon import ReconResult, record
-from streamshift.control.stages import PromotionRefused, promote
-from streamshift.core.formatting import cell
-from streamshift.orchestrate.migration import flow_summary, render
-from streamshift.read.control import current_stage, stage_history
+from streamshift.airflow.migration import flow_summary, render
+from streamshift.control.stages import PromotionRefused
+from streamshift.engine.compare import compare
+from streamshift.engine.jobs.promote import promote
+from streamshift.engine.recon import ReconResult, record
+from streamshift.spec.formatting import cell
+from streamshift.store.records import current_stage, stage_history
 
 pytestmark = [pytest.mark.spark]
 

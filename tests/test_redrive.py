@@ -18,17 +18,17 @@ from pyspark.sql import functions as F
 
 from flows.trades import FLOW
 from streamshift.control.cutoff import committed_offsets
-from streamshift.control.stages import promote
-from streamshift.core.catalog import ControlTables, LayerTables
-from streamshift.core.heartbeat import query_name
-from streamshift.core.requests import RedriveRequest
-from streamshift.jobs.eod import run_eod
-from streamshift.jobs.requests import run
+from streamshift.control.trace import trace
+from streamshift.engine.jobs.eod import run_eod
+from streamshift.engine.jobs.promote import promote
+from streamshift.engine.jobs.requests import run
+from streamshift.engine.write.target import Target, read
 from streamshift.local.airflow import LocalAirflow
-from streamshift.read.tables import rows
-from streamshift.read.trace import trace
-from streamshift.sources.produce import produce_rows
-from streamshift.write.target import Target, read
+from streamshift.spec.catalog import ControlTables, LayerTables
+from streamshift.spec.requests import RedriveRequest
+from streamshift.store.heartbeat import query_name
+from streamshift.store.produce import produce_rows
+from streamshift.store.tables import rows
 from tests.airflow_support import dag_test
 from tests.cli_support import run_cli
 from tests.stream_support import isolated, new_topic, stream_running

@@ -9,10 +9,10 @@ import pytest
 
 from flows.trades import FLOW
 from flows.trades.generate import generate_day
-from streamshift.jobs.replay import ReplayRefused, replay
-from streamshift.sources.kafka import admin_client
-from streamshift.sources.produce import produce_rows
-from streamshift.write.target import Target
+from streamshift.engine.jobs.replay import ReplayRefused, replay
+from streamshift.engine.write.target import Target
+from streamshift.store.kafka import admin_client
+from streamshift.store.produce import produce_rows
 from tests.stream_support import drain, isolated, new_topic, shuffled_day, state
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]

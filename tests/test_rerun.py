@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 
 from flows.trades import FLOW
-from streamshift.core.catalog import LayerTables
-from streamshift.jobs.eod import run_eod
-from streamshift.jobs.reconcile import eod_correct
-from streamshift.read.tables import rows
-from streamshift.write.apply import apply_changes
-from streamshift.write.commits import SimulatedKill, commits_so_far, kill_after
-from streamshift.write.target import Target
+from streamshift.engine.jobs.eod import run_eod
+from streamshift.engine.jobs.reconcile import eod_correct
+from streamshift.engine.write.apply import apply_changes
+from streamshift.engine.write.commits import SimulatedKill, commits_so_far, kill_after
+from streamshift.engine.write.target import Target
+from streamshift.spec.catalog import LayerTables
+from streamshift.store.tables import rows
 from tests.cli_support import CLI, LOCAL_SPARK, cli_env, run_cli
 from tests.trades_data import frame, trade
 
@@ -121,7 +121,7 @@ def _state(t: Target) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def reference(spark):  # type: ignore[no-untyped-def]
-    from streamshift.write.target import load_reference
+    from streamshift.engine.write.target import load_reference
 
     return load_reference(spark, FLOW)
 

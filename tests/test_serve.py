@@ -15,11 +15,11 @@ import pytest
 
 from flows.trades import FLOW
 from flows.trades.generate import generate_day
-from streamshift.core.heartbeat import logged_events, processed_events, progress_path, read_status
-from streamshift.core.registry import get_flow
-from streamshift.sources.events import serving_topic
-from streamshift.sources.produce import produce_rows
-from streamshift.write.target import load_reference
+from streamshift.engine.write.target import load_reference
+from streamshift.spec.registry import get_flow
+from streamshift.store.events import serving_topic
+from streamshift.store.heartbeat import logged_events, processed_events, progress_path, read_status
+from streamshift.store.produce import produce_rows
 from tests.cli_support import CLI, LOCAL_SPARK, cli_env, run_cli
 from tests.stream_support import new_topic, oracle, served, shuffled_day
 
@@ -177,7 +177,7 @@ def _state_metadata(checkpoint, operator: str) -> None:  # type: ignore[no-untyp
 def test_serve_refuses_a_checkpoint_of_the_other_engine_before_spark(tmp_path) -> None:
     """A checkpoint the Python processor wrote where the JVM one's go (as before each engine
     kept its own): refused with what to do, before Spark starts; its own engine's passes."""
-    from streamshift.jobs.serve import ServeError, check_checkpoint
+    from streamshift.engine.jobs.serve import ServeError, check_checkpoint
 
     checkpoint = tmp_path / "checkpoints" / "trades-serve-positions"
     _state_metadata(checkpoint, "transformWithStateInPandasExec")

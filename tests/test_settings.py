@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from streamshift.core.settings import SettingsError, load_settings
+from streamshift.spec.settings import SettingsError, load_settings
 
 
 def test_defaults_without_environment() -> None:
@@ -78,7 +78,7 @@ def test_lower_priority_raises_niceness_and_never_lowers_it() -> None:
     import sys
 
     code = (
-        "from streamshift.core.processes import lower_priority as p; print(p(7), p(3), p(0), p(9))"
+        "from streamshift.store.processes import lower_priority as p; print(p(7), p(3), p(0), p(9))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
@@ -87,7 +87,7 @@ def test_lower_priority_raises_niceness_and_never_lowers_it() -> None:
 
 
 def test_drivers_get_their_options_unless_the_environment_picks_a_collector() -> None:
-    from streamshift.spark import driver_java_options, submit_conf
+    from streamshift.engine.spark import driver_java_options, submit_conf
 
     settings = load_settings({})
     assert driver_java_options(settings, {}) == "-XX:+UseParallelGC"
@@ -118,7 +118,7 @@ def test_spark_submit_args_survive_the_shell(capsys, monkeypatch) -> None:  # ty
     import shlex
 
     from streamshift.cli import main
-    from streamshift.spark import submit_args
+    from streamshift.engine.spark import submit_args
 
     monkeypatch.delenv("SPARK_SUBMIT_OPTS", raising=False)
     monkeypatch.delenv("JAVA_TOOL_OPTIONS", raising=False)

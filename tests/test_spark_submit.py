@@ -12,10 +12,10 @@ from pyspark.sql import functions as F
 
 from flows.trades import FLOW
 from flows.trades.generate import generate_day
-from streamshift.core.catalog import LayerTables
-from streamshift.core.settings import load_settings
-from streamshift.spark import submit_args
-from streamshift.write.target import read
+from streamshift.engine.spark import submit_args
+from streamshift.engine.write.target import read
+from streamshift.spec.catalog import LayerTables
+from streamshift.spec.settings import load_settings
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

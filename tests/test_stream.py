@@ -12,13 +12,13 @@ from pyspark.sql import Row
 
 from flows.trades import FLOW
 from flows.trades.generate import generate_day
-from streamshift.core.registry import get_generator
-from streamshift.jobs.eod import run_eod
-from streamshift.read.trace import trace
-from streamshift.sources.events import UNDECODABLE_RULES, dlq_topic, encode_event
-from streamshift.sources.kafka import ensure_topic, producer_config
-from streamshift.sources.produce import produce_rows, read_rows
-from streamshift.write.target import Target, read
+from streamshift.control.trace import trace
+from streamshift.engine.jobs.eod import run_eod
+from streamshift.engine.write.target import Target, read
+from streamshift.spec.registry import get_generator
+from streamshift.store.events import UNDECODABLE_RULES, dlq_topic, encode_event
+from streamshift.store.kafka import ensure_topic, producer_config
+from streamshift.store.produce import produce_rows, read_rows
 from tests.stream_support import (
     consume_all,
     csv_rows,
@@ -57,7 +57,7 @@ def test_stream_and_eod_batch_reach_the_same_state(
     partitions into the stream layer (corrections before what they correct, several
     micro-batches). The path is the kit's, whatever the flow; every flow's stream and batch
     layers are compared again by test_migration's parity reconciliation, once per flow."""
-    from streamshift.core import heartbeat
+    from streamshift.store import heartbeat
 
     # Every heartbeat the job writes, as written (the file keeps only the latest).
     beats: list[dict[str, object]] = []
@@ -95,7 +95,7 @@ def test_stream_and_eod_batch_reach_the_same_state(
     assert got_stream["history"] == got_batch["history"] == expected["history"]
 
     # The heartbeat and per-batch progress were written for `streamshift status`.
-    from streamshift.core.heartbeat import progress_path, read_progress, read_status
+    from streamshift.store.heartbeat import progress_path, read_progress, read_status
 
     [status] = read_status(settings.home)
     assert (status.flow, status.layer, status.running) == (flow.name, "stream", False)
@@ -248,7 +248,7 @@ def test_poison_messages_are_quarantined_and_undecodable_ones_dead_lettered(  # 
     # nothing twice: quarantine and DLQ are idempotent per message.
     import shutil
 
-    from streamshift.jobs.stream import checkpoint_path
+    from streamshift.engine.jobs.stream import checkpoint_path
 
     shutil.rmtree(checkpoint_path(settings, FLOW, "stream"))
     drain(spark, settings, topic)

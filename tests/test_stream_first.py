@@ -19,16 +19,16 @@ from pyspark.sql import functions as F
 
 from streamshift.control.cutoff import CloseRefused, check_cut_off
 from streamshift.control.serving import view_rows
-from streamshift.control.stages import promote
-from streamshift.core.contract import IS_DELETED
-from streamshift.core.registry import get_generator
-from streamshift.jobs import close
-from streamshift.jobs.reconcile import ReconcileError, check_reconcile, run_reconcile
-from streamshift.jobs.replay import replay
-from streamshift.read.control import closed_dates, day_closes, late_dates_to_reconcile
-from streamshift.sources.events import serving_topic
-from streamshift.sources.produce import produce_rows, read_rows
-from streamshift.write.target import Target, read
+from streamshift.engine.jobs import close
+from streamshift.engine.jobs.promote import promote
+from streamshift.engine.jobs.reconcile import ReconcileError, check_reconcile, run_reconcile
+from streamshift.engine.jobs.replay import replay
+from streamshift.engine.write.target import Target, read
+from streamshift.spec.contract import IS_DELETED
+from streamshift.spec.registry import get_generator
+from streamshift.store.events import serving_topic
+from streamshift.store.produce import produce_rows, read_rows
+from streamshift.store.records import closed_dates, day_closes, late_dates_to_reconcile
 from tests.cli_support import LOCAL_SPARK, run_cli
 from tests.stream_support import drain, isolated, new_topic, oracle, served, stream_running
 

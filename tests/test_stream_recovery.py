@@ -14,9 +14,9 @@ import pytest
 
 from flows.trades import FLOW
 from flows.trades.generate import generate_day
-from streamshift.core.heartbeat import read_heartbeat
-from streamshift.sources.produce import produce_rows
-from streamshift.write.target import Target
+from streamshift.engine.write.target import Target
+from streamshift.store.heartbeat import read_heartbeat
+from streamshift.store.produce import produce_rows
 from tests.cli_support import CLI, LOCAL_SPARK, cli_env, run_cli
 from tests.stream_support import isolated, new_topic, oracle, shuffled_day, state
 

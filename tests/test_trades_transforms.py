@@ -11,10 +11,8 @@ from decimal import Decimal
 import pytest
 
 from flows.trades import FLOW, positions
-from streamshift.core.contract import FAILED, IS_DELETED
-from streamshift.core.flow import Flow
-from streamshift.write.target import load_reference
-from streamshift.write.transforms import (
+from streamshift.engine.write.target import load_reference
+from streamshift.engine.write.transforms import (
     FIRST_VERSION,
     LATEST_VERSION,
     checked_changes,
@@ -22,6 +20,8 @@ from streamshift.write.transforms import (
     latest_per_key,
     ranked_versions,
 )
+from streamshift.spec.contract import FAILED, IS_DELETED
+from streamshift.spec.flow import Flow
 from tests.trades_data import frame, trade
 
 pytestmark = pytest.mark.spark
@@ -175,7 +175,7 @@ def test_ranked_versions_flags_what_distinct_versions_and_latest_per_key_keep(
 
 
 def test_decode_gives_values_as_text_and_names_what_is_undecodable(spark) -> None:  # type: ignore[no-untyped-def]
-    from streamshift.sources.decode import decode
+    from streamshift.engine.decode import decode
 
     def doc(**changes: object) -> bytes:
         """A trade message; the price is written as the number 101.50; ... drops a field."""
@@ -244,7 +244,7 @@ def _messages(flow: Flow, rng: random.Random, count: int) -> list[bytes | None]:
     """Documents of the flow's fields with values of the types they take (numbers in every
     form for numeric fields), half of them with one or two fields changed: a value of any
     shape, dropped, duplicated or renamed; and some that are not documents."""
-    from streamshift.sources.decode import _accepted_json_types
+    from streamshift.engine.decode import _accepted_json_types
 
     out: list[bytes | None] = []
     for _ in range(count):
@@ -290,8 +290,8 @@ def _messages(flow: Flow, rng: random.Random, count: int) -> list[bytes | None]:
 def test_jvm_decoder_gives_what_sparks_expressions_give(spark, flow_name: str) -> None:  # type: ignore[no-untyped-def]
     """The JVM decoder (jvm/udf) against the same checks written as Spark expressions, on
     3,000 random messages per flow: every column of every row equal."""
-    from streamshift.core.registry import get_flow
-    from streamshift.sources.decode import decode
+    from streamshift.engine.decode import decode
+    from streamshift.spec.registry import get_flow
 
     flow = get_flow(flow_name)
     messages = _messages(flow, random.Random(flow_name), 3000)

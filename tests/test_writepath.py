@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from flows.trades import FLOW
-from streamshift.core.catalog import LayerTables
-from streamshift.write import target as target_module
-from streamshift.write.apply import apply_changes
-from streamshift.write.target import Target, is_table, read, when_small
+from streamshift.engine.write import target as target_module
+from streamshift.engine.write.apply import apply_changes
+from streamshift.engine.write.target import Target, is_table, read, when_small
+from streamshift.spec.catalog import LayerTables
 from tests.trades_data import D1, D2, frame, trade
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -21,7 +21,7 @@ FLOWB, DELTA1 = "EQ-US-FLOW", "EQ-US-DELTA1"
 
 @pytest.fixture
 def target(spark, tmp_path):  # type: ignore[no-untyped-def]
-    from streamshift.write.target import load_reference
+    from streamshift.engine.write.target import load_reference
 
     return Target(spark, FLOW, LayerTables(tmp_path, FLOW, "batch"), load_reference(spark, FLOW))
 
@@ -252,7 +252,7 @@ def test_a_new_days_views_come_from_the_batch_unless_another_writer_commits_mean
     the apply holds, not from the files it just wrote. Should another writer commit to current
     state before those views are in (its own views may land first), the groups are recomputed
     from the table, so the view ends as a full recompute of current state says."""
-    from streamshift.write import apply as apply_module
+    from streamshift.engine.write import apply as apply_module
 
     monkeypatch.setattr(apply_module, "PRUNE_KEYS_BELOW", 0)  # the path of a day's file
     merges: list[str] = []
@@ -336,7 +336,7 @@ def test_an_apply_run_again_after_a_conflict_counts_the_rows_its_first_attempt_c
 
     from delta.exceptions import ConcurrentAppendException
 
-    from streamshift.write import apply as apply_module
+    from streamshift.engine.write import apply as apply_module
 
     if large:
         monkeypatch.setattr(apply_module, "PRUNE_KEYS_BELOW", 0)
@@ -376,8 +376,8 @@ def test_a_large_batch_counts_what_a_small_one_counts_and_writes_the_same(  # ty
     the same tables, late keys counted once per closed date they have versions in."""
     import datetime as dt
 
-    from streamshift.write import apply as apply_module
-    from streamshift.write.target import load_reference
+    from streamshift.engine.write import apply as apply_module
+    from streamshift.engine.write.target import load_reference
 
     monkeypatch.setattr(Target, "closed_dates", lambda self: {dt.date.fromisoformat(D1)})
     rows = [
@@ -430,7 +430,7 @@ def test_no_view_update_is_lost_when_a_writer_applies_between_anothers_read_and_
     """Forced interleaving: writer B's whole apply runs after writer A computed its view
     groups and before A's view MERGE. The view must still equal a recompute of current state
     (A's groups computed before B committed are computed again)."""
-    from streamshift.write import apply as apply_module
+    from streamshift.engine.write import apply as apply_module
 
     if second_batch:  # the group already holds a trade, so A's views come from the table
         apply_changes(FLOW, frame(spark, [trade("z", 1, quantity=1)]), "test", target)
@@ -480,7 +480,7 @@ def test_a_real_version_outranks_a_replacements_synthetic_cancel_of_the_same_num
     import csv
     import datetime as dt
 
-    from streamshift.jobs.eod import run_eod
+    from streamshift.engine.jobs.eod import run_eod
 
     def day_file(name: str, rows: list[tuple]) -> Path:  # type: ignore[type-arg]
         path = tmp_path / name
@@ -515,7 +515,7 @@ def test_a_version_history_holds_with_other_content_is_quarantined_not_dropped( 
     """A later batch re-sends a stored (key, version) with other content: the stored version
     stays, the new delivery shows in quarantine under version_conflict (a file re-sent with a
     changed row and no new version); an identical re-send and a new key apply as usual."""
-    from streamshift.write import apply as apply_module
+    from streamshift.engine.write import apply as apply_module
 
     if large:
         monkeypatch.setattr(apply_module, "PRUNE_KEYS_BELOW", 0)

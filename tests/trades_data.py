@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from flows.trades import FLOW
-from streamshift.write.transforms import raw_schema
+from streamshift.engine.write.transforms import raw_schema
 
 D1, D2 = "2026-11-19", "2026-11-20"
 

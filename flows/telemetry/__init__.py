@@ -8,7 +8,7 @@ device voids (``status = VOID``) is retracted. The view is per device and hour: 
 readings, their minimum, maximum and mean.
 
 Declared once, like every flow: the EOD loader and the streaming job run exactly these rules,
-this enrichment and this view through ``streamshift.write.apply.apply_changes``.
+this enrichment and this view through ``streamshift.engine.write.apply.apply_changes``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from streamshift.core.flow import (
+from streamshift.spec.flow import (
     COUNT,
     MAX,
     MIN,
@@ -38,7 +38,7 @@ from streamshift.core.flow import (
     Rule,
     View,
 )
-from streamshift.core.flow import MEAN as MEAN_KIND
+from streamshift.spec.flow import MEAN as MEAN_KIND
 
 REFERENCE_DIR = Path(__file__).parent / "reference"
 VALUE = DecimalType(12, 3)

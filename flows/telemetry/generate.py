@@ -19,7 +19,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 from flows.telemetry import REFERENCE_DIR, SCHEMA
-from streamshift.core.dayfiles import DayFiles, write_csv
+from streamshift.spec.dayfiles import DayFiles, write_csv
 
 COLUMNS = [f.name for f in SCHEMA.fields]
 BASE = {"temperature": (20.0, 4.0), "humidity": (45.0, 8.0), "pressure": (101.0, 1.5)}

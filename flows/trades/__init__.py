@@ -1,7 +1,7 @@
 """The reference flow: trades from a trading desk's end-of-day world.
 
 Declared once; the EOD batch loader and the Kafka streaming job both run exactly these
-rules, this enrichment and these views through ``streamshift.write.apply.apply_changes``.
+rules, this enrichment and these views through ``streamshift.engine.write.apply.apply_changes``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pyspark.sql.types import (
 )
 from pyspark.sql.window import Window
 
-from streamshift.core.flow import Flow, Measure, Reference, ReferenceTable, Rule, View
+from streamshift.spec.flow import Flow, Measure, Reference, ReferenceTable, Rule, View
 
 REFERENCE_DIR = Path(__file__).parent / "reference"
 

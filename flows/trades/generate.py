@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from flows.trades import REFERENCE_DIR, SCHEMA
-from streamshift.core.dayfiles import DayFiles, write_csv
+from streamshift.spec.dayfiles import DayFiles, write_csv
 
 COLUMNS = [f.name for f in SCHEMA.fields]
 DESK_ASSET_CLASSES = {

@@ -1,6 +1,6 @@
 """Closing a business date at its cut-off (stage kappa), asked without a JVM.
 
-A date may close once its cut-off plus grace (:class:`streamshift.core.flow.CutOff`) has
+A date may close once its cut-off plus grace (:class:`streamshift.spec.flow.CutOff`) has
 passed and the stream job has committed every offset the topic held at that moment. The
 offsets are the broker's: per partition, the first offset stamped at or after the moment
 (``offsets_for_times``), or the partition's end when nothing came after it — so a partition
@@ -16,10 +16,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streamshift.core.errors import StreamshiftError
-from streamshift.core.flow import Flow
-from streamshift.core.heartbeat import query_name, read_heartbeat
-from streamshift.core.settings import Settings
+from streamshift.spec.errors import StreamshiftError
+from streamshift.spec.flow import Flow
+from streamshift.spec.settings import Settings
+from streamshift.store.heartbeat import query_name, read_heartbeat
 
 STREAM_LAYER = "stream"
 
@@ -152,7 +152,7 @@ def topic_offsets_at(settings: Settings, topic: str, at: dt.datetime) -> dict[in
 
 def stream_topic(settings: Settings, flow: Flow) -> str:
     """The topic the flow's stream job reads: the one its heartbeat names, else the flow's
-    (``streamshift.sources.events.topic_for``)."""
+    (``streamshift.store.events.topic_for``)."""
     beat = read_heartbeat(settings.home, flow.name, STREAM_LAYER) or {}
     return str(beat.get("topic") or flow.name)
 

@@ -20,11 +20,11 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from streamshift.core.catalog import KINDS, LAYERS, ControlTables, LayerTables
-from streamshift.core.formatting import html_table
-from streamshift.core.heartbeat import progress_path, read_progress
-from streamshift.quality.project import counts_by_verdict
-from streamshift.read.control import (
+from streamshift.spec.catalog import KINDS, LAYERS, ControlTables, LayerTables
+from streamshift.spec.formatting import html_table
+from streamshift.store.heartbeat import progress_path, read_progress
+from streamshift.store.quality import counts_by_verdict
+from streamshift.store.records import (
     breaks_of,
     current_stage,
     latest_runs,
@@ -32,10 +32,10 @@ from streamshift.read.control import (
     quality_results,
     stage_history,
 )
-from streamshift.read.tables import rows
+from streamshift.store.tables import rows
 
 if TYPE_CHECKING:
-    from streamshift.core.settings import Settings
+    from streamshift.spec.settings import Settings
 
 STREAK_DAYS = 30
 
@@ -129,7 +129,7 @@ ADJUSTING_SOURCES = ("eod_correction", "replacement", "redrive")
 def _trace_link(flow: str, key: object, layer: str) -> str:
     """The key's trace on the Migration page, relative to the report's own address there
     (``/streamshift/reports/<flow>/<date>``)."""
-    from streamshift.read.trace import trace_link
+    from streamshift.control.trace import trace_link
 
     return "../../" + trace_link(flow, key, layer)
 
@@ -137,8 +137,8 @@ def _trace_link(flow: str, key: object, layer: str) -> str:
 def adjustments(settings: Settings, flow: str, business_date: dt.date) -> list[dict[str, Any]]:
     """Every version of the date the EOD process applied to a layer as an adjustment (an EOD
     correction, a replacement's cancel, a re-driven row), from history, oldest first."""
-    from streamshift.core.contract import APPLIED_AT, LOG_REF, SOURCE, SOURCE_REF
-    from streamshift.core.registry import get_flow
+    from streamshift.spec.contract import APPLIED_AT, LOG_REF, SOURCE, SOURCE_REF
+    from streamshift.spec.registry import get_flow
 
     spec = get_flow(flow)
     found = []

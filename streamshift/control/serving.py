@@ -15,15 +15,15 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from streamshift.core import stages
-from streamshift.core.catalog import LayerTables
-from streamshift.core.contract import APPLIED_AT
-from streamshift.core.errors import StreamshiftError
-from streamshift.core.flow import Flow
-from streamshift.core.formatting import format_table
-from streamshift.core.settings import Settings
-from streamshift.read.control import closed_dates, current_stage
-from streamshift.read.tables import exists, select
+from streamshift.spec import stages
+from streamshift.spec.catalog import LayerTables
+from streamshift.spec.contract import APPLIED_AT
+from streamshift.spec.errors import StreamshiftError
+from streamshift.spec.flow import Flow
+from streamshift.spec.formatting import format_table
+from streamshift.spec.settings import Settings
+from streamshift.store.records import closed_dates, current_stage
+from streamshift.store.tables import exists, select
 
 SPECIAL_VIEWS = ("current", "quarantine", "late_events")
 

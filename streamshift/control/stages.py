@@ -2,7 +2,7 @@
 
 Every change is a row of the ``stage_changes`` Delta table (from, to, when, by whom, forced,
 reason, evidence); the current stage is the last change's target (``batch`` before any).
-A promotion needs the evidence the stage before it makes (:mod:`streamshift.core.stages`):
+A promotion needs the evidence the stage before it makes (:mod:`streamshift.spec.stages`):
 into ``stream``, the last N business dates reconciled stream-vs-batch in ``shadow``
 (``parity``); into ``kappa``, the last N reconciliations of the EOD file against the stream
 layer in ``stream`` (``eod_file``, after its correction). They must all be clean — and, when
@@ -12,7 +12,8 @@ gate but needs a reason, and records it. Demotion is always allowed, and recorde
 
 The gate (:func:`check_promotion`) reads the control tables without a JVM, so the CLI, the
 ``streamshift_promote`` DAG and the Airflow Migration page ask the same question and get the
-same answer; only recording the change (:func:`promote`) writes, with Spark.
+same answer; only recording the change (:mod:`streamshift.engine.jobs.promote`) writes, with
+Spark.
 What readers are served in each stage is :mod:`streamshift.control.serving`.
 """
 
@@ -23,11 +24,10 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from streamshift.core import stages
-from streamshift.core.catalog import PARITY, STAGE_CHANGES_SCHEMA, ControlTables
-from streamshift.core.errors import StreamshiftError
-from streamshift.core.processes import os_user
-from streamshift.read.control import (
+from streamshift.spec import stages
+from streamshift.spec.catalog import PARITY, ControlTables
+from streamshift.spec.errors import StreamshiftError
+from streamshift.store.records import (
     current_stage,
     latest_runs,
     quality_failures_by_date,
@@ -35,10 +35,7 @@ from streamshift.read.control import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
-    from streamshift.core.requests import PromoteRequest
-    from streamshift.core.settings import Settings
+    from streamshift.spec.settings import Settings
 
 # Stages a promotion into needs evidence for (what the stage before makes).
 GATED = tuple(s.name for s in stages.STAGES if stages.entry_evidence(s.name))
@@ -53,60 +50,6 @@ class PromotionRejected(PromotionRefused):
 
 
 APPROVED, REJECTED, TIMED_OUT = "approved", "rejected", "timed out"
-
-
-def record_decision(spark: SparkSession, settings: Settings, request: PromoteRequest) -> None:
-    """Record the answer to a promotion that waited for approval (``request.approval``), once
-    per Airflow run: a re-run of the recording task adds no second row."""
-    from streamshift.core import sqltext as sql
-    from streamshift.core.catalog import PROMOTION_DECISIONS_SCHEMA
-    from streamshift.write.commits import merge_into
-    from streamshift.write.target import ensure_table
-
-    path = ControlTables(settings.warehouse).promotion_decisions
-    ensure_table(spark, path, PROMOTION_DECISIONS_SCHEMA)
-    row = (
-        request.flow,
-        current_stage(settings, request.flow),
-        request.to,
-        request.by,
-        request.approval,
-        request.approved_by,
-        dt.datetime.now(dt.UTC).replace(tzinfo=None),
-        request.run_id,
-        request.force,
-        request.reason,
-    )
-    same = sql.TRUE
-    for c in ("flow", "run_id", "to_stage"):
-        same = same & sql.col(c, "t").eq_null_safe(sql.col(c, "s"))
-    merge_into(path, spark.createDataFrame([row], PROMOTION_DECISIONS_SCHEMA), same, insert="*")
-
-
-def decide(spark: SparkSession, settings: Settings, request: PromoteRequest) -> StageChange:
-    """A promotion request carrying its approval: recorded, then the change made when it was
-    approved (through the gate again), or :class:`PromotionRejected` saying who said no."""
-    if request.approval is not None:
-        record_decision(spark, settings, request)
-        if request.approval != APPROVED:
-            who = (
-                f"rejected by {request.approved_by}"
-                if request.approval == REJECTED
-                else "not approved in time (a time-out counts as a rejection)"
-            )
-            raise PromotionRejected(
-                f"promotion of {request.flow} to {request.to} {who}; recorded. Ask again once "
-                "the approver's questions are answered"
-            )
-    return promote(
-        spark,
-        settings,
-        request.flow,
-        request.to,
-        force=request.force,
-        reason=request.reason,
-        by=request.by,
-    )
 
 
 def stage_changes_path(settings: Settings) -> str:
@@ -223,7 +166,7 @@ def check_promotion(
     reason: str | None = None,
 ) -> StageChange:
     """The gate: the change moving ``flow`` to ``to``, or :class:`PromotionRefused` saying why
-    not. Reads only (no JVM); :func:`promote` records what it allows."""
+    not. Reads only (no JVM); ``engine.jobs.promote`` records what it allows."""
     if to not in stages.NAMES:
         raise PromotionRefused(f"unknown stage {to!r}; stages are {', '.join(stages.NAMES)}")
     if force and not (reason and reason.strip()):
@@ -250,35 +193,3 @@ def check_promotion(
             "--force --reason TEXT"
         )
     return StageChange(flow, now, to, force, reason, evidence)
-
-
-def promote(
-    spark: SparkSession,
-    settings: Settings,
-    flow: str,
-    to: str,
-    *,
-    force: bool = False,
-    reason: str | None = None,
-    by: str | None = None,
-) -> StageChange:
-    """Move ``flow`` to stage ``to`` through the gate and record the change (who: ``by``, else
-    the OS user); raises :class:`PromotionRefused` saying why not."""
-    change = check_promotion(settings, flow, to, force=force, reason=reason)
-    evidence = change.evidence
-    row = [
-        (
-            flow,
-            change.from_stage,
-            to,
-            dt.datetime.now(dt.UTC).replace(tzinfo=None),
-            by or os_user(),
-            force,
-            reason,
-            evidence.as_json() if evidence else None,
-        )
-    ]
-    spark.createDataFrame(row, STAGE_CHANGES_SCHEMA).write.format("delta").mode("append").save(
-        stage_changes_path(settings)
-    )
-    return change

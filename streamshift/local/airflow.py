@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streamshift.core.errors import StreamshiftError
-from streamshift.core.processes import group_alive, pid_alive, port_open
-from streamshift.core.settings import REPO_ROOT, Settings, as_env, env_name
+from streamshift.spec.errors import StreamshiftError
+from streamshift.spec.settings import REPO_ROOT, Settings, as_env, env_name
+from streamshift.store.processes import group_alive, pid_alive, port_open
 
 # Each component's command. The scheduler and triggerer would also serve task logs on all
 # interfaces (port 8793/8794); the API server reads the local log files itself, so they don't.
@@ -102,7 +102,7 @@ def connections(settings: Settings) -> dict[str, str]:
         "AIRFLOW_CONN_FS_DEFAULT": json.dumps(fs),
     }
     if settings.engine:  # the warm engine every Spark task but upkeep runs on
-        from streamshift.spark import engine_address
+        from streamshift.engine.spark import engine_address
 
         host, port = engine_address(settings.engine)
         engine = {"conn_type": "spark_connect", "host": f"sc://{host}", "port": port}
@@ -308,8 +308,8 @@ class LocalAirflow:
     def _engine_up(self, say) -> None:  # type: ignore[no-untyped-def]
         """Start the local warm engine the Spark tasks run on, unless it answers already (or
         the settings name a remote one, or none)."""
+        from streamshift.engine.spark import engine_address, engine_answers
         from streamshift.local.engine import LOOPBACK, LocalEngine
-        from streamshift.spark import engine_address, engine_answers
 
         if not self.settings.engine or engine_answers(self.settings):
             return
@@ -339,7 +339,7 @@ class LocalAirflow:
             )
         say(f"preparing the database under {self.home} (airflow db migrate)")
         self.migrate()
-        from streamshift.orchestrate.tasks import SPARK_POOL
+        from streamshift.airflow.tasks import SPARK_POOL
 
         pool = self._airflow(
             "pools",
@@ -415,8 +415,8 @@ class LocalAirflow:
     def _engine_down(self) -> bool:
         """Stop the local engine ``up`` started for this home (an engine of another home, or
         a remote one, is left alone)."""
+        from streamshift.engine.spark import engine_address
         from streamshift.local.engine import LOOPBACK, LocalEngine
-        from streamshift.spark import engine_address
 
         if not self.settings.engine or engine_address(self.settings.engine)[0] not in LOOPBACK:
             return False

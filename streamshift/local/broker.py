@@ -2,7 +2,7 @@
 
 The broker is Apache Kafka in KRaft mode (broker + controller in one JVM) run from the jars
 that ``scripts/setup`` fetched, listening on 127.0.0.1 only, its data under
-``STREAMSHIFT_HOME/kafka``. Topic administration lives in :mod:`streamshift.sources.kafka`.
+``STREAMSHIFT_HOME/kafka``. Topic administration lives in :mod:`streamshift.store.kafka`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamshift.core.errors import StreamshiftError
-from streamshift.core.processes import pid_alive, port_open, tail, terminate
-from streamshift.core.settings import Settings
+from streamshift.spec.errors import StreamshiftError
+from streamshift.spec.settings import Settings
+from streamshift.store.processes import pid_alive, port_open, tail, terminate
 
 
 class BrokerError(StreamshiftError):

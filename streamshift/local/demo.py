@@ -36,9 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import functions as F
-
-from streamshift.core.settings import Settings
+from streamshift.spec.settings import Settings
 
 DEMO_ROWS = 20_000
 LATER_DAY_ROWS = 1_500
@@ -74,8 +72,8 @@ class DemoDays:
 
 
 def run_demo(settings: Settings, flow: str, rows: int = DEMO_ROWS) -> int:
+    from streamshift.engine.spark import get_spark
     from streamshift.local.airflow import USER, LocalAirflow, password
-    from streamshift.spark import get_spark
 
     settings = dataclasses.replace(
         settings, home=settings.home / "demo", promotion_window=DEMO_WINDOW
@@ -106,8 +104,8 @@ def run_demo(settings: Settings, flow: str, rows: int = DEMO_ROWS) -> int:
 
 class _Demo:
     def __init__(self, spark, settings: Settings, flow: str, rows: int, airflow) -> None:  # type: ignore[no-untyped-def]
-        from streamshift.core.registry import get_flow
-        from streamshift.write.target import Target
+        from streamshift.engine.write.target import Target
+        from streamshift.spec.registry import get_flow
 
         self.spark, self.settings, self.rows = spark, settings, rows
         self.flow = get_flow(flow)
@@ -132,7 +130,7 @@ class _Demo:
 
     # ---- helpers ------------------------------------------------------------------------
     def day_files(self, day: dt.date, rows: int):  # type: ignore[no-untyped-def]
-        from streamshift.core.registry import get_generator
+        from streamshift.spec.registry import get_generator
 
         generate_day = get_generator(self.flow.name)
         if day not in self.files:
@@ -146,7 +144,7 @@ class _Demo:
         return self.files[day]
 
     def produce(self, rows, timestamp_ms: int | None = None) -> None:  # type: ignore[no-untyped-def]
-        from streamshift.sources.produce import produce_rows
+        from streamshift.store.produce import produce_rows
 
         result = produce_rows(
             self.settings,
@@ -162,7 +160,7 @@ class _Demo:
         print(result.describe())
 
     def beat(self) -> dict:  # type: ignore[type-arg]
-        from streamshift.core.heartbeat import read_heartbeat
+        from streamshift.store.heartbeat import read_heartbeat
 
         return read_heartbeat(self.settings.home, self.flow.name, "stream")
 
@@ -186,7 +184,7 @@ class _Demo:
         raise RuntimeError(f"timed out waiting for {what}")
 
     def caught_up(self) -> None:
-        from streamshift.core.heartbeat import processed_events
+        from streamshift.store.heartbeat import processed_events
 
         self.wait_for(
             lambda b: processed_events(b, self.topic) >= self.produced, "the stream to catch up"
@@ -202,7 +200,7 @@ class _Demo:
     def land(self, day: dt.date, name: str, *paths) -> str:  # type: ignore[no-untyped-def]
         """Put the files (rows concatenated under one header) in the landing folder as ``name``;
         return the path the DAG's ``file`` param takes (relative to the landing folder)."""
-        from streamshift.orchestrate.tasks import landing_dir
+        from streamshift.airflow.tasks import landing_dir
 
         folder = landing_dir(self.settings, self.flow.name) / day.isoformat()
         folder.mkdir(parents=True, exist_ok=True)
@@ -255,10 +253,11 @@ class _Demo:
     def promote(self, to: str) -> bool:
         """Through the gate; into stream or kappa also through the streamshift_promote DAG,
         where the demo's second user, ``approver``, approves the admin's request (four eyes)."""
-        from streamshift.control.stages import PromotionRefused, check_promotion, promote
-        from streamshift.core.stages import needs_approval
+        from streamshift.control.stages import PromotionRefused, check_promotion
+        from streamshift.engine.jobs.promote import promote
         from streamshift.local.airflow import APPROVER
-        from streamshift.read.control import current_stage
+        from streamshift.spec.stages import needs_approval
+        from streamshift.store.records import current_stage
 
         name = self.flow.name
         try:
@@ -284,14 +283,16 @@ class _Demo:
         return True
 
     def print_rows(self, df) -> None:  # type: ignore[no-untyped-def]
-        from streamshift.core.formatting import format_table
+        from streamshift.spec.formatting import format_table
 
         rows = [["" if v is None else str(v) for v in r] for r in df.collect()]
         print(format_table(df.columns, rows), end="")
 
     # ---- stage batch ----------------------------------------------------------------------
     def batch_stage(self) -> None:
-        from streamshift.write.target import read
+        from pyspark.sql import functions as F
+
+        from streamshift.engine.write.target import read
 
         dag, view, day = self.dag_id, self.view, self.days.batch
         _say(f"stage batch: generating {self.rows} {self.flow.name} rows for {day}")
@@ -331,7 +332,7 @@ class _Demo:
             + ("" if started_broker else " (already running; left running at the end)")
         )
         try:
-            from streamshift.sources.kafka import admin_client
+            from streamshift.store.kafka import admin_client
 
             if self.topic in admin_client(self.settings).list_topics(timeout=10).topics:
                 admin_client(self.settings).delete_topics([self.topic])[self.topic].result(60)
@@ -392,8 +393,10 @@ class _Demo:
         self.kappa_stage()
 
     def shadow_and_stream_stages(self) -> None:
-        from streamshift.sources.produce import read_rows
-        from streamshift.write.target import read
+        from pyspark.sql import functions as F
+
+        from streamshift.engine.write.target import read
+        from streamshift.store.produce import read_rows
 
         flow, key, version, view = self.flow, self.flow.key, self.flow.version, self.view
         _say(f"promoting {flow.name} to stage shadow: the stream layer is written beside the batch")
@@ -485,11 +488,11 @@ class _Demo:
 
     def kappa_stage(self) -> None:
         """Stage kappa: no EOD file; the day closes at its cut-off, a late event after it."""
+        from streamshift.airflow.tasks import external_file
         from streamshift.control.report import report_dir
         from streamshift.control.serving import view_rows
-        from streamshift.core.heartbeat import read_status
-        from streamshift.orchestrate.tasks import external_file
-        from streamshift.sources.produce import read_rows
+        from streamshift.store.heartbeat import read_status
+        from streamshift.store.produce import read_rows
 
         flow = self.flow
         _say(

@@ -16,15 +16,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamshift.core.errors import StreamshiftError
-from streamshift.core.processes import (
+from streamshift.spec.errors import StreamshiftError
+from streamshift.spec.settings import Settings
+from streamshift.store.processes import (
     port_open,
     process_start,
     same_process,
     tail,
     terminate,
 )
-from streamshift.core.settings import Settings
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 # Local engines only: a URL naming another host is a remote engine, started by its owner.
@@ -52,7 +52,7 @@ class LocalEngine:
     """A Spark Connect server on 127.0.0.1 for the settings' ``engine`` URL."""
 
     def __init__(self, settings: Settings) -> None:
-        from streamshift.spark import engine_address
+        from streamshift.engine.spark import engine_address
 
         if not settings.engine:
             raise EngineError(
@@ -81,7 +81,7 @@ class LocalEngine:
         return self.folder / "engine.log"
 
     def command(self) -> list[str]:
-        from streamshift.spark import submit_args
+        from streamshift.engine.spark import submit_args
 
         args = submit_args(self.settings)
         at = args.index("spark.driver.memory=" + self.settings.spark_driver_memory)
@@ -118,7 +118,7 @@ class LocalEngine:
 
     def start(self, timeout: float = 180.0, progress=None) -> bool:  # type: ignore[no-untyped-def]
         """Start the engine and wait until it answers a query. False if it already ran."""
-        from streamshift.spark import submit_env
+        from streamshift.engine.spark import submit_env
 
         if self.status().running:
             return False
@@ -162,7 +162,7 @@ class LocalEngine:
         """One Delta round trip, so the first job does not pay the engine's class loading."""
         import tempfile
 
-        from streamshift.spark import connect_session
+        from streamshift.engine.spark import connect_session
 
         spark = connect_session(self.url, whole_process=False)
         try:

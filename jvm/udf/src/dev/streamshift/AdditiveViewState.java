@@ -32,7 +32,7 @@ import org.apache.spark.sql.types.StructType;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
- * An additive view kept in Spark's state store, in the JVM: what {@code streamshift.jobs.serve}'s
+ * An additive view kept in Spark's state store, in the JVM: what {@code streamshift.engine.jobs.serve}'s
  * Python processor ({@code _processor}) computes, without a socket round trip to a Python worker
  * per state read and write.
  *

@@ -14,7 +14,7 @@ import org.apache.spark.types.variant.VariantBuilder;
 
 /**
  * One Kafka message's JSON document, checked and taken apart in one call: what
- * {@code streamshift.sources.decode} computes with {@code try_parse_json}, a
+ * {@code streamshift.engine.decode} computes with {@code try_parse_json}, a
  * {@code try_variant_get} and a {@code schema_of_variant} per field and the cast of each value
  * to text, as a chain of interpreted Spark expressions.
  *

@@ -1,0 +1,128 @@
+"""Four eyes on a promotion: the standard provider's ``ApprovalOperator`` in the
+``streamshift_promote`` DAG, between the gate and the record.
+
+A promotion into a stage whose stream layer serves readers (``Stage.approved_entry``: stream
+and kappa) waits in Airflow's *Required actions* for a second user. At run time the request is
+assigned to the approvers (``STREAMSHIFT_APPROVERS``) other than the user who triggered the run,
+so the requester cannot approve their own request; the approver sees the gate's evidence. An
+unanswered request is rejected after ``STREAMSHIFT_APPROVAL_TIMEOUT_MINUTES`` (the default
+answer is *Reject*). Any other move (shadow, a demotion) passes straight through.
+
+The task returns the promotion request with its answer; ``record_promotion`` records the
+answer and, when approved, the change (through the gate again). Unlike the provider's operator
+it skips nothing on *Reject*: the rejection has to be recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.standard.operators.hitl import ApprovalOperator, HITLOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from streamshift.spec.requests import JobRequest, PromoteRequest
+
+if TYPE_CHECKING:
+    from streamshift.spec.settings import Settings
+
+
+def _request(context: Any, source: str) -> PromoteRequest:
+    request = JobRequest.from_json(context["ti"].xcom_pull(task_ids=source))
+    assert isinstance(request, PromoteRequest)
+    return dataclasses.replace(request, run_id=context["dag_run"].run_id)
+
+
+def approvers(configured: str, requester: str | None) -> list[str]:
+    """Who may answer: the configured approvers but the requester."""
+    names = [n.strip() for n in configured.split(",") if n.strip()]
+    return [n for n in dict.fromkeys(names) if n != requester]
+
+
+def evidence_markdown(settings: Settings, request: PromoteRequest, now: str) -> str:
+    """What the approver reads: the move, who asks and why, and the gate's evidence."""
+    from streamshift.control.stages import promotion_evidence
+
+    asks = f"**{request.by}** asks to promote **{request.flow}** from stage **{now}** to "
+    lines = [f"{asks}**{request.to}**.", ""]
+    if request.force:
+        lines += [f"FORCED past the gate: {request.reason}", ""]
+    elif request.reason:
+        lines += [f"Reason: {request.reason}", ""]
+    evidence = promotion_evidence(settings, request.flow, request.to)
+    kind = f"{evidence.describe_kind()}, reconciled in stage {evidence.made_in}"
+    lines += [
+        f"Evidence ({kind}; the gate needs the last {evidence.window} clean):",
+        "",
+        "| business date | breaks | rows | clean |",
+        "|---|---|---|---|",
+    ]
+    for d in evidence.dates:
+        lines.append(
+            f"| {d['business_date']} | {d['breaks']} | {d.get('rows', '')} | "
+            f"{'yes' if d['clean'] else 'NO'} |"
+        )
+    if not evidence.dates:
+        lines.append("| (none) | | | |")
+    problems = evidence.problems()
+    if problems:
+        lines += ["", "Gate: " + "; ".join(problems)]
+    return "\n".join(lines)
+
+
+class PromotionApproval(ApprovalOperator):
+    """Wait for a second user's approval of the promotion ``source``'s XCom asks for (see the
+    module's note)."""
+
+    def __init__(self, *, source: str, **kwargs: Any) -> None:
+        super().__init__(
+            subject="Promotion",  # set per run in execute()
+            defaults=[self.REJECT],  # what a time-out answers
+            **kwargs,
+        )
+        self.source = source
+
+    def execute(self, context: Any) -> Any:
+        from streamshift.spec.settings import load_settings
+        from streamshift.spec.stages import needs_approval
+        from streamshift.store.records import current_stage
+
+        settings = load_settings()
+        request = _request(context, self.source)
+        now = current_stage(settings, request.flow)
+        if not needs_approval(now, request.to):
+            self.log.info("%s → %s needs no approval", now, request.to)
+            return request.to_json()
+        who = approvers(settings.approvers, request.by)
+        if not who:
+            raise AirflowFailException(
+                f"no approver other than {request.by}: a promotion to {request.to} needs a "
+                "second user. Set STREAMSHIFT_APPROVERS to users who may approve"
+            )
+        self.assigned_users = [{"id": name, "name": name} for name in who]
+        self.subject = f"Promote {request.flow} from {now} to {request.to}?"
+        self.body = evidence_markdown(settings, request, now)
+        self.response_timeout = dt.timedelta(minutes=settings.approval_timeout_minutes)
+        self.log.info(
+            "waiting for %s to approve (Browse → Required actions); rejected after %s",
+            " or ".join(who),
+            self.response_timeout,
+        )
+        return super().execute(context)
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
+        from streamshift.control.stages import APPROVED, REJECTED, TIMED_OUT
+
+        answer = HITLOperator.execute_complete(self, context, event)  # (no skipping)
+        request = _request(context, self.source)
+        user = answer["responded_by_user"]
+        name = user["name"] if user else None
+        if user is None:
+            decision = TIMED_OUT
+        elif answer["chosen_options"] == [self.APPROVE] and user["id"] != request.by:
+            decision = APPROVED
+        else:  # (a requester's own approval, should an auth manager let it through, is none)
+            decision = REJECTED
+        self.log.info("%s: %s", decision, name or "nobody answered in time")
+        return dataclasses.replace(request, approval=decision, approved_by=name).to_json()

@@ -1,0 +1,665 @@
+"""DAG factories: ``eod_<flow>``, ``late_data_<flow>`` and ``maintenance_<flow>`` per flow;
+``stream_supervisor`` and ``streamshift_promote`` once.
+
+Imported by ``dags/streamshift_dags.py`` at parse time, so this module imports ``airflow.sdk``,
+``pendulum`` and the Spark-free core only. Spark work runs on the warm engine through the
+``spark_connect`` connection (:mod:`streamshift.airflow.engine_operator`: the task's
+process is a Spark Connect client, so the same DAG runs against a local engine or one whose
+master is a cluster); upkeep alone is a ``spark-submit`` through ``spark_default``. The Python
+tasks import what they need when they run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pendulum
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import (
+    DAG,
+    Asset,
+    Param,
+    PokeReturnValue,
+    TriggerRule,
+    get_current_context,
+    task,
+)
+
+from streamshift.airflow import tasks as T
+from streamshift.airflow.approval import PromotionApproval
+from streamshift.airflow.engine_operator import EngineOperator
+from streamshift.airflow.waiting import CompleteFileSensor
+from streamshift.spec.requests import MaintainRequest
+from streamshift.spec.settings import REPO_ROOT, Settings, load_settings
+from streamshift.store.quality import QualityError
+
+OWNER = "streamshift"
+SPARK_POOL = T.SPARK_POOL
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+# After the close of business, Monday to Friday (the logical date is the business date).
+EOD_SCHEDULE = "0 22 * * 1-5"
+MAINTENANCE_SCHEDULE = "0 3 * * 0"  # Sundays, when no EOD run writes
+DEFAULT_ARGS: dict[str, Any] = {
+    "owner": OWNER,
+    "retries": 2,
+    "retry_delay": dt.timedelta(seconds=30),
+    "retry_exponential_backoff": True,
+    "max_retry_delay": dt.timedelta(minutes=10),
+}
+
+
+def _settings() -> Settings:
+    return load_settings()
+
+
+def published_asset(flow: str) -> Asset:
+    """The Airflow asset a business day's publication updates: ``eod_<flow>``'s when the day is
+    loaded (or corrected), reconciled, through the data-quality verdict and reported (``cause``
+    ``eod``); ``late_data_<flow>``'s when late events changed a closed day and it was
+    re-reconciled and re-reported (``cause`` ``late data``). A downstream DAG runs on it with
+    ``schedule=published_asset(flow)``; each event's ``extra`` holds the summary
+    (``business_date``, ``cause``, ``stage``, ``verdict``, ``breaks``, ``quality``, ``report``)."""
+    return Asset(
+        name=f"{flow}_eod_published",
+        uri=f"x-streamshift://{flow}/eod-published",
+        group="streamshift",
+    )
+
+
+class StreamshiftSparkSubmitOperator(SparkSubmitOperator):
+    """``SparkSubmitOperator`` whose failure says, in one line, what the job itself said.
+
+    The job (``streamshift.cli.main``) writes its error message to ``STREAMSHIFT_ERROR_FILE``;
+    on failure the task raises with that line instead of only spark-submit's exit code. When
+    the job marks it final (bad input, a refused request: a retry would fail the same way), the
+    task fails at once instead of spending its retries on more Spark jobs.
+    """
+
+    def execute(self, context: Any) -> Any:
+        import os
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="streamshift-error-", suffix=".txt")
+        os.close(fd)
+        self.env_vars = {**(self.env_vars or {}), "STREAMSHIFT_ERROR_FILE": path}
+        try:
+            return super().execute(context)
+        except Exception as exc:
+            said, _, marks = Path(path).read_text().strip().partition("\n")
+            if said and marks.strip() == "final":
+                from airflow.sdk.exceptions import AirflowFailException
+
+                raise AirflowFailException(f"{self.task_id} failed: {said}") from exc
+            if said:
+                raise RuntimeError(f"{self.task_id} failed: {said}") from exc
+            raise
+        finally:
+            Path(path).unlink(missing_ok=True)
+
+
+def _spark_kwargs(
+    task_id: str, application: str, settings: Settings, doc: str, **extra: Any
+) -> dict[str, Any]:
+    """A Spark job through ``spark_default``: jars and the deployment's conf, never a master."""
+    from streamshift.engine.spark import submit_conf, tuning_conf
+
+    conf = {**submit_conf(settings), **tuning_conf(settings)}
+    return {
+        "task_id": task_id,
+        "conn_id": "spark_default",
+        "application": str(REPO_ROOT / application),
+        "jars": ",".join(str(j) for j in settings.spark_jars),
+        "conf": conf,
+        "driver_memory": settings.spark_driver_memory,
+        "name": f"streamshift-{task_id}",
+        "pool": SPARK_POOL,
+        "doc_md": doc,
+        **extra,
+    }
+
+
+def spark_task(
+    task_id: str, application: str, args: Any, settings: Settings, doc: str, **extra: Any
+) -> SparkSubmitOperator:
+    """A job as a ``spark-submit`` (upkeep only: ``maintain`` checkpoints Delta's log through
+    the JVM, which Spark Connect does not offer)."""
+    return StreamshiftSparkSubmitOperator(
+        application_args=args, **_spark_kwargs(task_id, application, settings, doc, **extra)
+    )
+
+
+ENGINE_CONN = "spark_connect"
+
+
+def _engine_kwargs(task_id: str, doc: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "task_id": task_id,
+        "conn_id": ENGINE_CONN,
+        "python_callable": T.run_on_engine,
+        "pool": SPARK_POOL,
+        "doc_md": doc,
+        **extra,
+    }
+
+
+def engine_task(task_id: str, request: Any, doc: str, **extra: Any) -> Any:
+    """The job ``request`` (a typed request's JSON, usually an XCom) on the warm engine, in the
+    task's own process (no JVM in the worker), through the ``spark_connect`` connection."""
+    return EngineOperator(op_kwargs={"request": request}, **_engine_kwargs(task_id, doc, **extra))
+
+
+def mapped_engine_task(task_id: str, requests: Any, doc: str) -> Any:
+    """One engine job per element of ``requests`` (an XCom list of ``{"request": JSON}``;
+    dynamic task mapping)."""
+    return EngineOperator.partial(**_engine_kwargs(task_id, doc)).expand(op_kwargs=requests)
+
+
+@contextlib.contextmanager
+def _no_retry_on(*errors: type[Exception]) -> Iterator[None]:
+    """Fail the task at once, in one line, on errors a retry cannot fix (bad params, files)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    try:
+        yield
+    except errors as exc:
+        raise AirflowFailException(str(exc)) from exc
+
+
+def _logical_day() -> dt.date:
+    context = get_current_context()
+    logical = context.get("logical_date") or context["dag_run"].run_after
+    return pendulum.instance(logical).date()
+
+
+def _publish(asset: Asset, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The day's summary (``tasks.summary``): logged as one line, carried by the asset's event
+    as its ``extra``, returned for XCom. Called by a task with ``outlets=[asset]``."""
+    result, line = T.summary(_settings(), inputs)
+    print(f"SUMMARY {line}")
+    get_current_context()["outlet_events"][asset].extra = result
+    return result
+
+
+def _date_of(mapped: dict[str, str]) -> str:
+    """The business date of a mapped job's request."""
+    from streamshift.spec.requests import JobRequest
+
+    day = JobRequest.from_json(mapped["request"]).business_day
+    assert day is not None
+    return day.isoformat()
+
+
+def _write_report(flow: str, business_date: str) -> str:
+    from streamshift.control.report import write_report
+
+    html_path, _ = write_report(_settings(), flow, dt.date.fromisoformat(business_date))
+    print(f"report: {html_path}")
+    return str(html_path)
+
+
+def eod_dag(flow: str) -> DAG:
+    """``eod_<flow>``: wait for the day's EOD file, check it, load or correct, reconcile, report."""
+    settings = _settings()
+    with DAG(
+        dag_id=f"eod_{flow}",
+        schedule=EOD_SCHEDULE,
+        start_date=START,
+        catchup=False,
+        # Runs may wait for their files side by side; their Spark jobs queue for SPARK_POOL.
+        max_active_runs=4,
+        default_args=DEFAULT_ARGS,
+        tags=["streamshift", "eod", flow],
+        params={
+            "business_date": Param(
+                None,
+                type=["null", "string"],
+                format="date",
+                description="Business date YYYY-MM-DD; empty: the run's logical date",
+            ),
+            "mode": Param(
+                "delta",
+                type="string",
+                enum=list(T.MODES),
+                description="delta: the file holds changed rows; replace: the whole day",
+            ),
+            "file": Param(
+                None,
+                type=["null", "string"],
+                pattern=T.FILE_PATTERN,
+                description=f"Optional file relative to {T.landing_dir(settings, flow)} (no '..'); "
+                f"default: <date>/{flow}_eod_<date>.csv",
+            ),
+        },
+        doc_md=f"""
+### End of day for `{flow}`
+Runs on business days after the close (or triggered with params). Finds the EOD file in
+`{T.landing_dir(settings, flow)}/<date>/`, checks it, then follows the flow's migration stage:
+
+* `batch`, `shadow`: **load_eod_file** into the batch layer, then **reconcile** (stream vs batch in
+  `shadow`; against `external_<date>.csv` when it is there);
+* `stream`: **correct_stream_layer** reconciles the file against the stream layer, applies the
+  differences as corrections (`mode=replace` also cancels what the whole-day file lacks) and
+  closes the date;
+* `kappa`: no EOD file: **wait_for_cut_off** until the date's cut-off plus grace has passed and
+  the stream has committed every offset the topic held then, **close_day**, then **reconcile**
+  against `external_<date>.csv` when it is there.
+
+The Spark job that writes the day also validates it with the flow's Great Expectations suites, in
+the same application; then **data_quality** gives the verdict (a `fail` expectation fails the run
+naming it, a `warn` one is recorded), **write_report** and **publish_summary** (XCom + one line in
+the log). Backfill with
+`airflow backfill create --dag-id eod_{flow} --from-date D1 --to-date D2`.
+""",
+    ) as dag:
+
+        @task(multiple_outputs=True, doc_md="Validate the params, find the file, read the stage.")
+        def resolve_inputs() -> dict[str, Any]:
+            from streamshift.store.records import current_stage
+
+            params = get_current_context()["params"]
+            s = _settings()
+            with _no_retry_on(T.InputError):
+                return T.resolve_inputs(
+                    s, flow, dict(params), _logical_day(), current_stage(s, flow)
+                )
+
+        inputs = resolve_inputs()
+
+        wait = CompleteFileSensor(
+            task_id="wait_for_eod_file",
+            filepath=inputs["file"],
+            flow=flow,
+            stable_seconds=settings.file_stable_seconds,
+            poke_interval=60,
+            timeout=12 * 3600,
+            doc_md="Wait for the EOD file to arrive and be complete, as the flow declares: a "
+            "done-marker, a trailer line, or a size that stopped changing (deferred: a waiting "
+            "run holds no worker slot; a half-copied file is never loaded).",
+        )
+
+        @task(doc_md="File-level checks in pure Python (header, delimiter, truncation).")
+        def check_raw_file(resolved: dict[str, Any]) -> dict[str, Any]:
+            from streamshift.store.eodfile import BadFileError
+
+            with _no_retry_on(T.InputError, BadFileError):
+                checked = T.check_raw_file(_settings(), resolved)
+            print(f"{checked['file']}: {checked['data_lines']} data lines, columns ok")
+            return checked
+
+        @task.branch(doc_md="Wait for the EOD file, or (kappa) for the date's cut-off.")
+        def file_or_cut_off(waits_for_file: bool, stage: str) -> str:
+            print(f"stage {stage}: " + ("an EOD file" if waits_for_file else "no EOD file"))
+            return "wait_for_eod_file" if waits_for_file else "wait_for_cut_off"
+
+        @task.sensor(
+            poke_interval=60,
+            timeout=24 * 3600,
+            mode="reschedule",
+            doc_md="Kappa: wait until the date's cut-off plus grace has passed and the stream has "
+            "committed every offset the topic held at it (checked without a JVM; a waiting run "
+            "holds no worker slot between pokes).",
+        )
+        def wait_for_cut_off(resolved: dict[str, Any]) -> PokeReturnValue:
+            from streamshift.control.cutoff import check_cut_off
+            from streamshift.spec.registry import get_flow
+
+            day = dt.date.fromisoformat(resolved["business_date"])
+            found = check_cut_off(_settings(), get_flow(flow), day)
+            if not found.ready:
+                print(f"{flow} {day}: waiting for {found.waiting_for()}")
+            return PokeReturnValue(is_done=found.ready)
+
+        close = engine_task(
+            "close_day",
+            inputs["close_request"],
+            "Close the date in the stream layer at its cut-off (`streamshift close`) and "
+            "validate it.",
+        )
+
+        @task.branch(doc_md="Load the batch layer (batch, shadow) or correct the stream layer.")
+        def choose_path(path: str, stage: str) -> str:
+            print(f"stage {stage}: {path}")
+            return path
+
+        load = engine_task(
+            "load_eod_file",
+            inputs["load_request"],
+            "Load the EOD file into the batch layer (`streamshift eod`).",
+        )
+        correct = engine_task(
+            "correct_stream_layer",
+            inputs["correct_request"],
+            "Reconcile the EOD file against the stream layer and apply the differences.",
+        )
+
+        @task.branch(
+            trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
+            doc_md="Reconcile when there is something to reconcile against.",
+        )
+        def anything_to_reconcile(reconcile: bool, stage: str) -> str:
+            if reconcile:
+                return "reconcile"
+            print(f"stage {stage} and no external file: nothing to reconcile, skipping")
+            return "data_quality"
+
+        reconcile = engine_task(
+            "reconcile",
+            inputs["reconcile_request"],
+            "Reconcile stream vs batch and against external files.",
+        )
+
+        @task(
+            task_id="data_quality",
+            trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
+            retries=0,  # a failed expectation fails the same way again
+            doc_md="The verdict of the Great Expectations checks the load (or correction) job "
+            "ran on the day in its Spark application, read from `quality_runs` without a JVM: "
+            "an expectation with policy `fail` fails this task naming it; `warn` is recorded "
+            "and the run goes on.",
+        )
+        def data_quality(resolved: dict[str, Any]) -> dict[str, int]:
+            from airflow.sdk.exceptions import AirflowFailException
+
+            with _no_retry_on(QualityError):
+                run = T.quality_verdict(_settings(), resolved)
+            if run is None:
+                print(f"flow {flow} has no data-quality suites: nothing to check")
+                return {}
+            print(run.describe())
+            if run.failures:
+                raise AirflowFailException(f"data_quality failed: {run.failure_line()}")
+            return run.counts()
+
+        quality = data_quality(inputs)
+
+        @task(
+            # Also after a failed quality check (the report shows it); not when resolve_inputs,
+            # its other upstream, failed (bad params: nothing to report on).
+            trigger_rule=TriggerRule.ALL_DONE_MIN_ONE_SUCCESS,
+            doc_md="Write the day's HTML and JSON report (reads without Spark: no spark-submit).",
+        )
+        def write_report(resolved: dict[str, Any]) -> str:
+            return _write_report(flow, resolved["business_date"])
+
+        report = write_report(inputs)
+
+        published = published_asset(flow)
+
+        @task(
+            outlets=[published],
+            doc_md=f"Publish the run's summary: XCom, one readable line in the log, and an "
+            f"event of the asset `{published.name}` carrying it (downstream DAGs run on it).",
+        )
+        def publish_summary(resolved: dict[str, Any]) -> dict[str, Any]:
+            return _publish(published, resolved)
+
+        checked = check_raw_file(inputs)
+        branch = choose_path(inputs["path"], inputs["stage"])
+        after_load = anything_to_reconcile(inputs["reconcile"], inputs["stage"])
+        waiting = file_or_cut_off(inputs["waits_for_file"], inputs["stage"])
+        cut_off = wait_for_cut_off(inputs)
+        inputs >> waiting >> [wait, cut_off]
+        cut_off >> close
+        wait >> checked >> branch
+        branch >> [load, correct]
+        [load, close] >> after_load >> [reconcile, quality]
+        reconcile >> quality
+        correct >> quality
+        quality >> report
+        # Published only when no `fail` expectation failed.
+        [quality, report] >> publish_summary(inputs)
+    return dag
+
+
+def late_data_dag(flow: str) -> DAG:
+    """``late_data_<flow>``: re-reconcile, re-report and publish again (an event of
+    ``published_asset(flow)``) the dates that received late events."""
+    with DAG(
+        dag_id=f"late_data_{flow}",
+        schedule="@hourly",
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        default_args=DEFAULT_ARGS,
+        tags=["streamshift", "late-data", flow],
+        doc_md=f"""
+### Late data for `{flow}`
+Hourly: finds the business dates whose late events arrived after the date's last
+reconciliation, and re-runs **reconcile**, **write_report** and **publish_summary** for each
+(one mapped task per date; each publish is an event of the asset `{flow}_eod_published`).
+""",
+    ) as dag:
+
+        @task(doc_md="Dates with late events newer than their last reconciliation.")
+        def find_late_dates() -> list[dict[str, str]]:
+            from streamshift.store.records import current_stage, late_dates_to_reconcile
+
+            s = _settings()
+            stage = current_stage(s, flow)
+            todo = []
+            found = []
+            for d in late_dates_to_reconcile(s, flow):
+                request = T.reconcile_request(s, flow, d.isoformat(), stage)
+                if request:
+                    todo.append({"request": request.to_json()})
+                    found.append(d.isoformat())
+                else:
+                    print(f"{d}: stage {stage} and no external file: nothing to reconcile against")
+            print(f"{len(todo)} dates to re-reconcile: {', '.join(found) or 'none'}")
+            return todo
+
+        dates = find_late_dates()
+        reconcile = mapped_engine_task("reconcile", dates, "Re-reconcile one late date.")
+
+        @task(doc_md="Re-write one re-reconciled date's report (reads without Spark).")
+        def write_report(args: dict[str, str]) -> str:
+            return _write_report(flow, _date_of(args))
+
+        published = published_asset(flow)
+
+        @task(
+            outlets=[published],
+            doc_md=f"Publish one re-reconciled date again: its summary in XCom and the log, and "
+            f"an event of the asset `{published.name}` with `cause` `late data`.",
+        )
+        def publish_summary(args: dict[str, str]) -> dict[str, Any]:
+            return _publish(published, {"flow": flow, "business_date": _date_of(args)})
+
+        reconcile >> write_report.expand(args=dates) >> publish_summary.expand(args=dates)
+    return dag
+
+
+def maintenance_dag(flow: str) -> DAG:
+    """``maintenance_<flow>``: weekly table upkeep (compaction, VACUUM, log checkpoints)."""
+    settings = _settings()
+    with DAG(
+        dag_id=f"maintenance_{flow}",
+        schedule=MAINTENANCE_SCHEDULE,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        default_args=DEFAULT_ARGS,
+        tags=["streamshift", "maintenance", flow],
+        doc_md=f"""
+### Table upkeep for `{flow}`
+Sundays at 03:00 UTC: for every table of the flow in both layers, compaction of small files
+(the data does not change), VACUUM of files no version within the table's retention needs
+(Delta's default, 7 days), and a Delta log checkpoint (`streamshift maintain --flow {flow}`).
+""",
+    ) as dag:
+        spark_task(
+            "compact_vacuum_checkpoint",
+            "spark_jobs/run.py",
+            [MaintainRequest(flow).to_json()],
+            settings,
+            "Compaction, VACUUM (the tables' retention) and a log checkpoint of the flow's tables.",
+        )
+    return dag
+
+
+def promote_dag(flows: list[str]) -> DAG:
+    """``streamshift_promote``: move a flow to another stage through the promotion gate."""
+    from streamshift.spec.stages import NAMES
+
+    with DAG(
+        dag_id="streamshift_promote",
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        # Triggered only. Runs do not queue behind each other: one flow's promotion waiting for
+        # its approval does not hold up another's (the record re-checks the gate as it writes).
+        is_paused_upon_creation=False,
+        default_args={**DEFAULT_ARGS, "retries": 0},
+        tags=["streamshift", "migration"],
+        params={
+            "flow": Param(flows[0] if flows else None, type="string", enum=flows),
+            "to": Param("shadow", type="string", enum=list(NAMES), description="the new stage"),
+            "force": Param(False, type="boolean", description="override the gate (needs reason)"),
+            "reason": Param(None, type=["null", "string"], description="why; kept with the change"),
+        },
+        doc_md="""
+### Promote a flow
+The same gate as `streamshift promote`: promotion to `stream` or `kappa` needs the last N
+reconciled business dates clean (the evidence the stage before makes); `force` (admins only)
+overrides the evidence with a recorded `reason`, never the approval; demotion is always
+allowed. **check_gate** answers without Spark (a refusal fails the run at once, saying why).
+**approve**: a promotion to `stream` or `kappa` waits for a second user (four eyes) under
+*Browse → Required actions*, showing the evidence; the user who triggered the run cannot
+approve it, and no answer in time counts as a rejection. **record_promotion** records the
+answer and, when approved, re-checks the gate and records the change with the triggering user
+as `changed_by`; a rejection fails the run, recorded. The Migration page triggers this DAG.
+""",
+    ) as dag:
+
+        @task(doc_md="The promotion gate, read without Spark; the record job's request.")
+        def check_gate() -> str:
+            from streamshift.control.stages import PromotionRefused, check_promotion
+            from streamshift.spec.requests import PromoteRequest
+
+            context = get_current_context()
+            params = context["params"]
+            user = context["dag_run"].triggering_user_name or OWNER
+            force, reason = bool(params.get("force")), params.get("reason")
+            with _no_retry_on(T.ForceRefused):
+                T.check_may_force(user, force)
+            with _no_retry_on(PromotionRefused):
+                change = check_promotion(
+                    _settings(), params["flow"], params["to"], force=force, reason=reason
+                )
+            print(f"gate: {change.describe()} (by {user})")
+            return PromoteRequest(params["flow"], params["to"], force, reason, user).to_json()
+
+        gate = check_gate()
+        approval = PromotionApproval(
+            task_id="approve",
+            source="check_gate",
+            doc_md="A second user approves a promotion to stream or kappa (four eyes).",
+        )
+        gate >> approval
+        engine_task(
+            "record_promotion",
+            approval.output,
+            "Record the approver's answer and, when approved, the stage change (the gate is "
+            "checked again as it is recorded).",
+        )
+    return dag
+
+
+def redrive_dag(flows: list[str]) -> DAG:
+    """``streamshift_redrive``: re-apply quarantined rows whose cause is fixed."""
+    with DAG(
+        dag_id="streamshift_redrive",
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        is_paused_upon_creation=False,
+        default_args=DEFAULT_ARGS,
+        tags=["streamshift", "quarantine"],
+        params={
+            "flow": Param(flows[0] if flows else None, type="string", enum=flows),
+            "rule": Param(None, type=["null", "string"], description="only this rule's rows"),
+            "business_date": Param(
+                None, type=["null", "string"], format="date", description="only this date's rows"
+            ),
+            "layer": Param(
+                None,
+                type=["null", "string"],
+                enum=[None, "batch", "stream"],
+                description="default: the layer serving readers in the flow's stage",
+            ),
+        },
+        doc_md="""
+### Re-drive the quarantine
+The same job as `streamshift redrive`: once a cause is fixed (the reference feed in
+`STREAMSHIFT_REFERENCE_DIR` has the missing book, a rule is corrected), the quarantined rows
+are checked again and those that pass are applied with source `redrive` and their original
+`source_ref` (in the stream layer through the flow's topic, like every change). The rest stay,
+with the rules they fail now. A second run applies nothing twice (`control/redrives`).
+**which_rows** lists what would be tried, without Spark; **redrive** runs on the engine.
+""",
+    ) as dag:
+
+        @task(doc_md="What the re-drive covers, read without Spark; the job's request.")
+        def which_rows() -> str:
+            from collections import Counter
+
+            from streamshift.control.trace import default_layer
+            from streamshift.spec.registry import get_flow
+            from streamshift.spec.requests import RedriveRequest
+            from streamshift.store.quarantine import pending
+
+            context = get_current_context()
+            params, settings = context["params"], _settings()
+            flow = get_flow(params["flow"])
+            layer = params.get("layer") or default_layer(settings, flow.name)
+            day = params.get("business_date")
+            day = dt.date.fromisoformat(day) if day else None
+            found = pending(settings, flow.name, layer, params.get("rule"), day)
+            rules = Counter(q["rule"] for q in found)
+            print(f"{len(found)} quarantined rows of the {layer} layer to try: {dict(rules)}")
+            user = context["dag_run"].triggering_user_name or OWNER
+            return RedriveRequest(flow.name, params.get("rule"), day, layer, user).to_json()
+
+        engine_task(
+            "redrive",
+            which_rows(),
+            "Check the rows again and apply those that pass now (recorded per row).",
+        )
+    return dag
+
+
+def stream_supervisor_dag() -> DAG:
+    """``stream_supervisor``: restart dead or stalled streaming jobs from their checkpoints."""
+    with DAG(
+        dag_id="stream_supervisor",
+        schedule="*/5 * * * *",
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        default_args={**DEFAULT_ARGS, "retries": 1},
+        tags=["streamshift", "streaming"],
+        doc_md="""
+### Stream supervisor
+Every five minutes: for each flow whose stage runs a stream (shadow, stream, kappa), reads the
+job's heartbeat and lag; a dead or stalled job is restarted from its checkpoint (a detached
+`spark-submit streaming/run.py`). Restarts are logged and counted in
+`STREAMSHIFT_HOME/status/<flow>-stream.restarts`; an operator's stop is honoured, and a
+crash-looping job is restarted with a growing back-off and shows as failing.
+""",
+    ) as dag:
+
+        @task(doc_md="Check every stream and restart the dead or stalled ones.")
+        def supervise_streams() -> list[dict[str, Any]]:
+            from streamshift.airflow.supervise import supervise
+
+            actions = supervise(_settings())
+            for action in actions:
+                print(action["line"])
+            return actions
+
+        supervise_streams()
+    return dag

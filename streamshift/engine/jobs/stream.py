@@ -1,0 +1,543 @@
+"""The always-on streaming job: Kafka → decode → ``apply_changes`` inside ``foreachBatch``.
+
+Exactly once end to end comes from three things together: Spark's checkpoint (offsets of a
+batch are logged before it runs, and the batch counts as done only after ``foreachBatch``
+returns), a write path that is idempotent for a replayed batch (insert-only history by key
+and version, version-gated current state, recomputed view groups, quarantine and late events
+merged by their natural keys), and a dead-letter forward that skips messages the quarantine
+already holds. A ``kill -9`` at any point is repaired by restarting on the same checkpoint.
+
+SIGTERM (or Ctrl-C) stops gracefully: no new batch starts, the batch in flight finishes and is
+committed, then the query stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQueryListener
+
+from streamshift.engine.decode import decode
+from streamshift.engine.write.apply import ApplyResult, apply_changes
+from streamshift.engine.write.target import Target, read
+from streamshift.spec.contract import MALFORMED, SOURCE_REF
+from streamshift.spec.errors import StreamshiftError
+from streamshift.spec.flow import Flow
+from streamshift.store import heartbeat
+from streamshift.store.events import (
+    DECODE_ERROR,
+    KAFKA_KEY,
+    KAFKA_SOURCE,
+    KAFKA_TS,
+    KAFKA_VALUE,
+    UNDECODABLE_RULES,
+    dlq_topic,
+    topic_for,
+)
+from streamshift.store.kafka import ensure_topics, producer_config
+from streamshift.store.processes import process_start
+
+if TYPE_CHECKING:
+    from streamshift.spec.settings import Settings
+
+
+class StreamError(StreamshiftError):
+    pass
+
+
+class StopRequested(Exception):
+    """Raised by a batch that would start after a stop was requested: it is not committed."""
+
+
+# ---- dead-letter topic --------------------------------------------------------------------
+def forward_undecodable(
+    spark: SparkSession,
+    settings: Settings,
+    flow: Flow,
+    target: Target,
+    decoded: DataFrame,
+    dlq: str,
+    batch_label: str,
+) -> int:
+    """Send undecodable messages (raw bytes, original key) to ``dlq``; return how many.
+
+    ``decoded``: rows with ``decode``'s columns (the stream passes the apply's frame).
+
+    Messages the quarantine already holds were forwarded by an earlier run of this batch and
+    are skipped, so a replayed batch does not forward twice. (A crash between the forward and
+    the quarantine write can still repeat a message; DLQ messages carry the original
+    topic:partition:offset as header ``streamshift.source_ref`` for consumers to de-duplicate.)
+    """
+    from confluent_kafka import Producer
+
+    bad = (
+        decoded.where(F.col(MALFORMED).isin(*UNDECODABLE_RULES))
+        .select(SOURCE_REF, MALFORMED, DECODE_ERROR, KAFKA_KEY, KAFKA_VALUE)
+        .collect()
+    )
+    if not bad:
+        return 0
+    refs = [r[SOURCE_REF] for r in bad]
+    done = {
+        r[0]
+        for r in read(spark, target.tables.quarantine)
+        .where((F.col("flow") == flow.name) & F.col("source_ref").isin(refs))
+        .select("source_ref")
+        .collect()
+    }
+    todo = [r for r in bad if r[SOURCE_REF] not in done]
+    if not todo:
+        return 0
+    failures: list[str] = []
+
+    def delivered(err, msg) -> None:  # type: ignore[no-untyped-def]
+        if err is not None:
+            failures.append(str(err))
+
+    producer = Producer(producer_config(settings))
+    for r in todo:
+        headers = [
+            ("streamshift.rule", r[MALFORMED].encode()),
+            ("streamshift.error", (r[DECODE_ERROR] or "").encode()),
+            ("streamshift.source_ref", r[SOURCE_REF].encode()),
+            ("streamshift.batch", batch_label.encode()),
+        ]
+        producer.produce(
+            dlq, key=r[KAFKA_KEY], value=r[KAFKA_VALUE], headers=headers, on_delivery=delivered
+        )
+        producer.poll(0)
+    remaining = producer.flush(60)
+    if failures or remaining:
+        raise StreamError(
+            f"dead-letter topic {dlq} did not acknowledge {len(failures) + remaining} "
+            f"messages ({failures[:1]}); the batch will be retried"
+        )
+    return len(todo)
+
+
+# ---- the foreachBatch function ------------------------------------------------------------
+@dataclass
+class StreamTotals:
+    batches: int = 0
+    received: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    late: int = 0
+    dead_lettered: int = 0
+    last: dict[int, ApplyResult] = field(default_factory=dict)
+    # Data-quality samples of every Nth batch (STREAMSHIFT_STREAM_QUALITY_EVERY), by batch id.
+    sampled: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def add(self, batch_id: int, result: ApplyResult, dead: int) -> None:
+        self.batches += 1
+        self.received += result.received
+        self.accepted += result.accepted
+        self.rejected += result.rejected
+        self.late += result.late
+        self.dead_lettered += dead
+        self.last[batch_id] = result  # read by the progress listener, which runs behind
+        for old in sorted(self.last)[:-50]:
+            del self.last[old]
+
+    def describe(self) -> str:
+        return (
+            f"{self.batches} batches, {self.received} events: {self.accepted} accepted, "
+            f"{self.rejected} quarantined ({self.dead_lettered} to the dead-letter topic), "
+            f"{self.late} late"
+        )
+
+
+class GracefulStop:
+    """Counts batches in flight; once a stop is requested no new batch starts."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self._idle = threading.Condition()
+        self._in_flight = 0
+
+    def enter(self) -> None:
+        with self._idle:
+            if self.requested.is_set():
+                raise StopRequested("stop requested before the batch started")
+            self._in_flight += 1
+
+    def leave(self) -> None:
+        with self._idle:
+            self._in_flight -= 1
+            self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        with self._idle:
+            return self._idle.wait_for(lambda: self._in_flight == 0, timeout)
+
+
+def batch_writer(
+    settings: Settings,
+    flow: Flow,
+    target: Target,
+    dlq: str,
+    label: str,
+    totals: StreamTotals,
+    stop: GracefulStop,
+    on_step: Callable[[int, str], None] | None = None,
+) -> Callable[[DataFrame, int], None]:
+    """The ``foreachBatch`` function: decode, dead-letter, then the one write path.
+
+    ``on_step(batch_id, step)`` hears of each step of a batch as it ends: a batch of a whole
+    backlog runs for minutes, and the heartbeat shows it working meanwhile.
+    """
+
+    def write(batch: DataFrame, batch_id: int) -> None:
+        stop.enter()
+        # Spark runs a query's jobs under its run id as the job group: the jobs this call adds
+        # to the group are the micro-batch's (reported per batch in the progress log).
+        jobs = target.spark.sparkContext
+        group = jobs.getLocalProperty("spark.jobGroup.id")
+        before = set(jobs.statusTracker().getJobIdsForGroup(group)) if group else set()
+        try:
+            # Not persisted: the apply's own frame is the batch's one cache (a second cache, of
+            # the decoded messages, cost ~6 % of a 1M-event batch: BENCHMARKS.md). Only
+            # undecodable messages keep their Kafka key, value and time, for the dead-letter
+            # topic, which gets them from the apply's frame before quarantine records them.
+            decoded = batch.transform(decode(flow))
+            undecodable = F.col(MALFORMED).isNotNull()
+            changes = decoded.withColumns(
+                {c: F.when(undecodable, F.col(c)) for c in (KAFKA_KEY, KAFKA_VALUE, KAFKA_TS)}
+            )
+            batch_label = f"{label}:{batch_id}"
+            dead = [0]
+
+            def dead_letters(checked: DataFrame) -> None:
+                dead[0] = forward_undecodable(
+                    target.spark, settings, flow, target, checked, dlq, batch_label
+                )
+
+            result = apply_changes(
+                flow,
+                changes,
+                KAFKA_SOURCE,
+                target,
+                batch_id=batch_label,
+                on_step=None if on_step is None else partial(on_step, batch_id),
+                before_writes=("dead letters", dead_letters),
+            )
+            every = settings.stream_quality_every
+            if every and batch_id % every == 0:
+                from streamshift.engine.validate import sample_batch
+
+                # Reads the batch again (from Kafka): one batch in ``every``.
+                totals.sampled[batch_id] = sample_batch(
+                    settings, flow, target.tables.layer, decoded, batch_id
+                )
+                for old in sorted(totals.sampled)[:-5]:
+                    del totals.sampled[old]
+            if group:
+                ran = set(jobs.statusTracker().getJobIdsForGroup(group)) - before
+                result.spark_jobs = len(ran)
+            totals.add(batch_id, result, dead[0])
+        except SystemExit as exc:
+            # py4j answers the JVM only for an Exception: a SystemExit escaping a callback
+            # would leave the micro-batch waiting forever. Fail the batch (and the query).
+            raise RuntimeError(f"batch {batch_id} stopped by SystemExit({exc.code!r})") from exc
+        finally:
+            stop.leave()
+
+    return write
+
+
+# ---- progress -----------------------------------------------------------------------------
+def _offsets(text: str | None) -> dict[str, dict[str, int]] | None:
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def niceness(spark: SparkSession) -> dict[str, int]:
+    """CPU niceness of the driver's Python process and of its JVM (STREAMSHIFT_STREAM_NICE)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a classic (not Spark Connect) session
+    jvm_pid = int(jvm.java.lang.ProcessHandle.current().pid())
+    return {
+        "driver": os.getpriority(os.PRIO_PROCESS, 0),
+        "jvm": os.getpriority(os.PRIO_PROCESS, jvm_pid),
+    }
+
+
+class ProgressRecorder(StreamingQueryListener):
+    """Writes the heartbeat and one progress line per batch of *one* named query."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        flow: Flow,
+        layer: str,
+        totals: StreamTotals,
+        echo: bool = True,
+        topic: str | None = None,
+    ):
+        self.flow, self.layer, self.totals, self.echo = flow.name, layer, totals, echo
+        self.name = heartbeat.query_name(flow.name, layer)
+        self.beat_path = heartbeat.heartbeat_path(settings.home, flow.name, layer)
+        self.log_path = heartbeat.progress_path(settings.home, flow.name, layer)
+        self.query_id: str | None = None
+        self._lock = threading.RLock()
+        self.beat: dict[str, Any] = {
+            "flow": flow.name,
+            "layer": layer,
+            "pid": os.getpid(),
+            "pid_start": process_start(os.getpid()),
+            "state": "starting",
+            "started_at": heartbeat.now_iso(),
+            "topic": topic or topic_for(flow),
+        }
+
+    def _save(self, **changes: Any) -> None:
+        with self._lock:  # the listener's thread and the batch's steps both save
+            heartbeat.update_heartbeat(self.beat_path, self.beat, **changes)
+
+    def working(self, batch_id: int, step: str) -> None:
+        """A step of batch ``batch_id`` ended: the heartbeat shows the job alive mid-batch
+        (the supervisor restarts a job whose heartbeat is older than its stall limit)."""
+        try:
+            self._save(working_on={"batch_id": batch_id, "step_done": step})
+        except OSError as exc:  # a status file must not fail the batch
+            print(f"[stream] heartbeat not written: {exc}", file=sys.stderr, flush=True)
+
+    def onQueryStarted(self, event) -> None:  # type: ignore[no-untyped-def]
+        if event.name == self.name:
+            self.query_id = str(event.id)
+            self._save(state="running", query_id=self.query_id)
+
+    def onQueryProgress(self, event) -> None:  # type: ignore[no-untyped-def]
+        p = event.progress
+        if str(p.id) != self.query_id:
+            return
+        source = p.sources[0] if p.sources else None
+        latest = _offsets(source.latestOffset) if source else None
+        processed = _offsets(source.endOffset) if source else None
+        started_from = _offsets(source.startOffset) if source else None
+        result = self.totals.last.get(p.batchId)
+        record = {
+            "flow": self.flow,
+            "layer": self.layer,
+            "batch_id": p.batchId,
+            "timestamp": p.timestamp,
+            "input_rows": p.numInputRows,
+            "input_rows_per_second": p.inputRowsPerSecond,
+            "processed_rows_per_second": p.processedRowsPerSecond,
+            "duration_ms": p.batchDuration,
+            "latest_offsets": latest,
+            "start_offsets": started_from,
+            "processed_offsets": processed,
+            "lag": heartbeat.offsets_lag(latest, processed),
+            "views_committed_at": result.views_committed_at if result else None,
+            "seconds_by_step": result.seconds_by_step if result else None,
+            "spark_jobs": result.spark_jobs if result else None,
+            "views_from": result.views_from if result else None,
+            "accepted": result.accepted if result else None,
+            "rejected": result.rejected if result else None,
+            "late": result.late if result else None,
+            "quality": self.totals.sampled.get(p.batchId),
+        }
+        heartbeat.append_progress(self.log_path, record)
+        if record["quality"]:
+            self._save(quality=record["quality"])
+        with self._lock:
+            working = self.beat.get("working_on") or {}
+            self._save(
+                # the listener runs behind: the next batch may have reported steps already
+                working_on=working if working.get("batch_id", -1) > p.batchId else None,
+                last_batch_id=p.batchId,
+                last_batch_at=heartbeat.now_iso(),
+                input_rows=p.numInputRows,
+                processed_rows_per_second=p.processedRowsPerSecond,
+                duration_ms=p.batchDuration,
+                lag=record["lag"],
+                latest_offsets=latest,
+                processed_offsets=processed,
+            )
+        if self.echo and p.numInputRows:
+            print(
+                f"[stream] batch {p.batchId}: {p.numInputRows} events in "
+                f"{p.batchDuration / 1000:.1f}s ({p.processedRowsPerSecond:,.0f}/s), "
+                f"lag {record['lag']}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def onQueryIdle(self, event) -> None:  # type: ignore[no-untyped-def]
+        if str(event.id) == self.query_id:
+            self._save()
+
+    def onQueryTerminated(self, event) -> None:  # type: ignore[no-untyped-def]
+        if str(event.id) == self.query_id:
+            lines = (event.exception or "").strip().splitlines()
+            self._save(
+                state="failed" if lines else "stopped", error=lines[0][:500] if lines else None
+            )
+
+
+# ---- running ------------------------------------------------------------------------------
+@dataclass
+class StreamRun:
+    totals: StreamTotals
+    stopped_by_signal: bool
+    seconds: float
+
+    def describe(self) -> str:
+        how = "stopped on request" if self.stopped_by_signal else "finished"
+        return f"stream {how} after {self.seconds:.0f}s: {self.totals.describe()}"
+
+
+def checkpoint_path(settings: Settings, flow: Flow, layer: str) -> str:
+    return str(settings.checkpoints / heartbeat.query_name(flow.name, layer))
+
+
+# How long a broker may hold a fetch of Spark's Kafka source for more bytes (Kafka's default:
+# 500 ms). A micro-batch only reads offsets that exist, yet its task's fetch still waited the
+# whole default: 0.53 s of a one-event batch's Kafka stage, 0.04-0.05 s at 10 ms (BENCHMARKS.md,
+# "Where a one-event serving batch goes"). A batch of many events fills the fetch anyway.
+FETCH_MAX_WAIT_MS = 10
+
+
+def kafka_stream(spark: SparkSession, settings: Settings, topic: str) -> DataFrame:
+    """The streaming read of ``topic`` every streaming query here uses (and the benches' floor)."""
+    return (
+        spark.readStream.format("kafka")
+        .options(**settings.spark_kafka_options())
+        .option("kafka.fetch.max.wait.ms", str(FETCH_MAX_WAIT_MS))
+        .option("subscribe", topic)
+        # Changes produced by the kit (EOD corrections) carry their source in headers.
+        .option("includeHeaders", "true")
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+        .load()
+    )
+
+
+def stream_topics(settings: Settings, flow: Flow, topic: str | None = None) -> tuple[str, str]:
+    """The stream's topic and its dead-letter topic, created when missing (no JVM: the CLI asks
+    before it starts Spark, so an unreachable broker is said at once)."""
+    topic = topic or topic_for(flow)
+    dlq = dlq_topic(topic)
+    ensure_topics(settings, topic, dlq)
+    return topic, dlq
+
+
+def run_stream(
+    spark: SparkSession,
+    settings: Settings,
+    flow: Flow,
+    layer: str = "stream",
+    *,
+    trigger: str = "1 second",
+    available_now: bool = False,
+    topic: str | None = None,
+    handle_signals: bool = True,
+    echo: bool = True,
+    stop: GracefulStop | None = None,
+) -> StreamRun:
+    """Run the flow's streaming query until it finishes (available-now) or is stopped."""
+    started = time.monotonic()
+    topic, dlq = stream_topics(settings, flow, topic)
+    target = Target.open(spark, settings, flow, layer).create_tables()
+    totals = StreamTotals()
+    stop = stop or GracefulStop()
+    name = heartbeat.query_name(flow.name, layer)
+    recorder = ProgressRecorder(settings, flow, layer, totals, echo, topic)
+    recorder.beat["nice"] = niceness(spark)
+    spark.streams.addListener(recorder)
+    source = kafka_stream(spark, settings, topic)
+    writer = (
+        source.writeStream.queryName(name)
+        .foreachBatch(
+            batch_writer(settings, flow, target, dlq, name, totals, stop, recorder.working)
+        )
+        .option("checkpointLocation", checkpoint_path(settings, flow, layer))
+    )
+    writer = (
+        writer.trigger(availableNow=True)
+        if available_now
+        else writer.trigger(processingTime=trigger)
+    )
+    previous = _install_signal_handlers(stop) if handle_signals else {}
+    try:
+        query = writer.start()
+        if echo:
+            print(
+                f"[stream] {name}: {topic} → {layer} layer "
+                f"({'available-now' if available_now else 'trigger ' + trigger}), "
+                f"checkpoint {checkpoint_path(settings, flow, layer)}",
+                file=sys.stderr,
+                flush=True,
+            )
+        _wait(query, stop)
+        error = query.exception()
+        if error is not None and not stop.requested.is_set():
+            raise StreamError(
+                f"streaming query {name} failed: {str(error).splitlines()[0]}; "
+                "restart it — it resumes from its checkpoint"
+            )
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _drain_listener_bus(spark)
+        spark.streams.removeListener(recorder)
+    return StreamRun(totals, stop.requested.is_set(), time.monotonic() - started)
+
+
+def _wait(query, stop: GracefulStop) -> None:  # type: ignore[no-untyped-def]
+    from pyspark.errors import StreamingQueryException
+
+    while query.isActive:
+        if stop.requested.is_set():
+            # Batches starting from now raise StopRequested (not committed); let the batch in
+            # flight finish, then stop.
+            stop.wait_idle(timeout=600)
+            query.stop()
+            return
+        try:
+            query.awaitTermination(0.5)
+        except StreamingQueryException:
+            return
+
+
+def _drain_listener_bus(spark: SparkSession, timeout_ms: int = 10_000) -> None:
+    """Let the last progress events reach the recorder before it is removed."""
+    # Best effort: a missed last heartbeat is not an error.
+    with contextlib.suppress(Exception):
+        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(timeout_ms)
+
+
+def _install_signal_handlers(stop: GracefulStop) -> dict[int, Any]:
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def request_stop(signum, frame) -> None:  # type: ignore[no-untyped-def]
+        print(
+            f"[stream] {signal.Signals(signum).name}: finishing the batch in flight, then stopping",
+            file=sys.stderr,
+            flush=True,
+        )
+        stop.requested.set()
+
+    previous: dict[int, Any] = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous[sig] = signal.signal(sig, request_stop)
+    return previous

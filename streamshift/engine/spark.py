@@ -1,0 +1,314 @@
+"""One builder for every SparkSession streamshift starts, with two named profiles.
+
+* ``local`` (the CLI, tests, demo): master from settings (``local[*]``), the fetched jars,
+  loopback binding, small-machine tuning;
+* ``submitted`` (under ``spark-submit``, and so Airflow's ``SparkSubmitOperator``): master,
+  deploy mode, jars and resources come from spark-submit and its connection; the code adds
+  only what every deployment needs (Delta's extensions, UTC).
+
+The profile is chosen by data, not by branches in job code: ``PROFILES[name](settings)``.
+Under spark-submit the Python driver is started by the JVM, which hands it the gateway in
+``PYSPARK_GATEWAY_PORT``; that is how :func:`active_profile` knows.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from streamshift.spec.errors import StreamshiftError
+from streamshift.spec.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+class MissingJarsError(StreamshiftError):
+    """The connector/Delta jars have not been fetched (scripts/setup does it)."""
+
+    final = True
+
+
+def jars(settings: Settings) -> list[str]:
+    """Spark's Kafka connector and Delta jars fetched by scripts/setup."""
+    found = settings.spark_jars
+    if not found:
+        raise MissingJarsError(
+            f"no jars in {settings.jars_dir / 'spark' / 'lib'}: run scripts/setup to fetch "
+            "Spark's Kafka connector and Delta Lake from Maven Central"
+        )
+    return [str(j) for j in found]
+
+
+# JVM options for short-lived drivers (the test suite's, a small day's job): C1 only, since
+# C2's compiling costs more CPU than it saves in a job of minutes, and a code cache as large as
+# tiered compilation's default. With C1 alone the JVM reserves only 48 MB, which Spark, Delta
+# and Janino's generated classes fill; the code cache sweeper then runs nearly non-stop (47 s of
+# a 4-minute test's CPU) and C1 recompiles what it flushed (git log -p BENCHMARKS.md: "Code cache"). The
+# serial collector: on 2 cores G1's concurrent threads and barriers cost more than its short
+# pauses save for a driver of small data (the same test's CPU 0.64-0.75 of G1's).
+SHORT_JOB_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m -XX:+UseSerialGC"
+
+
+def deployment_conf(settings: Settings) -> dict[str, str]:
+    """What every deployment needs, local or on a cluster."""
+    return {
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+    }
+
+
+_PICKS_A_COLLECTOR = re.compile(r"-XX:\+Use\w+GC\b")
+
+
+def driver_java_options(settings: Settings, environ: Mapping[str, str] | None = None) -> str:
+    """``STREAMSHIFT_SPARK_DRIVER_JAVA_OPTIONS`` for a driver, without the collector
+    it picks when the environment's JVM options pick one already (the JVM refuses to start
+    with two: the tests run every JVM with the serial collector)."""
+    environ = os.environ if environ is None else environ
+    options = settings.spark_driver_java_options.split()
+    chosen = " ".join(environ.get(n, "") for n in ("SPARK_SUBMIT_OPTS", "JAVA_TOOL_OPTIONS"))
+    if _PICKS_A_COLLECTOR.search(chosen):
+        options = [o for o in options if not _PICKS_A_COLLECTOR.fullmatch(o)]
+    return " ".join(options)
+
+
+def submit_conf(settings: Settings) -> dict[str, str]:
+    """``--conf`` values a submission carries besides master and jars (JVM in UTC, quiet logs,
+    the driver with ``STREAMSHIFT_SPARK_DRIVER_JAVA_OPTIONS``)."""
+    from streamshift.engine.cds import driver_options
+
+    log4j = settings.jars_dir / "log4j2-spark.properties"
+    java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Duser.timezone=UTC"
+    # The driver maps the classes scripts/setup archived (streamshift.engine.cds); an
+    # executor's JVM has another classpath, so it could not use them.
+    driver = [java_opts, driver_options(settings), driver_java_options(settings)]
+    return {
+        **deployment_conf(settings),
+        "spark.driver.extraJavaOptions": " ".join(o for o in driver if o),
+        "spark.executor.extraJavaOptions": java_opts,
+    }
+
+
+def tuning_conf(settings: Settings) -> dict[str, str]:
+    """Parallelism sized by settings: few partitions for the small tables of one machine.
+
+    Raise ``STREAMSHIFT_SPARK_SHUFFLE_PARTITIONS`` on a cluster; Delta's log replay follows it.
+    """
+    partitions = str(settings.spark_shuffle_partitions)
+    return {
+        "spark.sql.shuffle.partitions": partitions,
+        "spark.default.parallelism": partitions,
+        "spark.databricks.delta.snapshotPartitions": partitions,
+        # File listings (Delta's VACUUM among them) otherwise run up to 10,000 tasks.
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": partitions,
+        "spark.databricks.delta.merge.repartitionBeforeWrite.enabled": "true",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.ui.enabled": str(settings.spark_ui).lower(),
+        "spark.ui.showConsoleProgress": "false",
+    }
+
+
+def local_conf(settings: Settings, app_name: str = "streamshift") -> dict[str, str]:
+    """The ``local`` profile: the whole configuration of a one-machine Spark."""
+    return {
+        "spark.app.name": app_name,
+        "spark.master": settings.spark_master,
+        "spark.jars": ",".join(jars(settings)),
+        **submit_conf(settings),
+        **tuning_conf(settings),
+        "spark.driver.memory": settings.spark_driver_memory,
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.sql.warehouse.dir": str(settings.warehouse / "_spark"),
+    }
+
+
+def submitted_conf(settings: Settings, app_name: str = "streamshift") -> dict[str, str]:
+    """The ``submitted`` profile: nothing spark-submit decides (master, jars, resources, the
+    driver's JVM options: its JVM is running already)."""
+    return deployment_conf(settings)
+
+
+PROFILES: dict[str, Callable[..., dict[str, str]]] = {
+    "local": local_conf,
+    "submitted": submitted_conf,
+}
+
+
+def active_profile() -> str:
+    """``submitted`` inside a spark-submit driver, ``local`` otherwise."""
+    return "submitted" if os.environ.get("PYSPARK_GATEWAY_PORT") else "local"
+
+
+def engine_address(url: str) -> tuple[str, int]:
+    """(host, port) of a Spark Connect URL (``sc://host:port/;params``; port 15002 if none)."""
+    netloc = url.removeprefix("sc://").split("/", 1)[0].split(";", 1)[0]
+    host, sep, port = netloc.rpartition(":")
+    return (host, int(port)) if sep else (netloc, 15002)
+
+
+def engine_answers(settings: Settings) -> bool:
+    """Whether the engine the settings name listens (a TCP connect, no session)."""
+    from streamshift.store.processes import port_open
+
+    if not settings.engine:
+        return False
+    host, port = engine_address(settings.engine)
+    return port_open(port, host)
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect session (a client of the engine)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def connect_session(url: str, *, whole_process: bool = True) -> SparkSession:
+    """A Spark Connect session to the engine at ``url``.
+
+    ``whole_process``: PySpark's builder marks the process as a Connect client (an environment
+    variable, which ``pyspark.sql.functions`` reads to build Connect columns and which child
+    processes inherit); no local session can start in it afterwards. A job's process wants
+    that. A process that only checks the engine (``whole_process=False``) gets a session of
+    the Connect client's own builder, good for DataFrame methods, not for ``functions``."""
+    if whole_process:
+        from pyspark.sql import SparkSession
+
+        return SparkSession.builder.remote(url).getOrCreate()
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    return ConnectSession.builder.remote(url).getOrCreate()  # type: ignore[return-value]
+
+
+def get_spark(
+    settings: Settings | None = None,
+    app_name: str = "streamshift",
+    profile: str | None = None,
+    *,
+    engine: bool = False,
+) -> SparkSession:
+    """Get or create the SparkSession of ``profile`` (default: :func:`active_profile`).
+
+    ``engine``: a request-style job, which runs on the warm engine (a Spark Connect session)
+    when the settings name one that answers, and in a session of its own otherwise. The
+    long-running applications (stream, serve) and spark-submit drivers never pass it."""
+    from pyspark.sql import SparkSession
+
+    settings = settings or load_settings()
+    profile = profile or active_profile()
+    if engine and profile == "local" and engine_answers(settings):
+        spark = connect_session(settings.engine)
+        spark.conf.set("spark.sql.shuffle.partitions", str(settings.spark_shuffle_partitions))
+        return spark
+    if profile == "local":
+        # Bind everything to loopback; without it Spark picks the first non-loopback interface.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # Spark's Python workers (``createDataFrame`` of local rows starts them) run this
+        # interpreter; Spark's default is whatever ``python3`` is first on PATH, which fails
+        # every such job with PYTHON_VERSION_MISMATCH when it is another minor version.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder
+    for key, value in PROFILES[profile](settings, app_name).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def submit_env(home: Path) -> dict[str, str]:
+    """The environment of a spark-submit this venv launches for ``STREAMSHIFT_HOME=home``: no
+    other streamshift settings, this venv first on PATH, loopback, this Python for workers."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
+    bin_dir = Path(sys.executable).parent
+    env.update(
+        STREAMSHIFT_HOME=str(home),
+        PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
+        SPARK_LOCAL_IP="127.0.0.1",
+        PYSPARK_PYTHON=sys.executable,
+    )
+    return env
+
+
+# Spark's own switches for running a query without generated code (Spark tests both paths:
+# the results are the same). Whole-stage code generation off, expressions interpreted.
+INTERPRETED_CONF = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+_interpreting: dict[int, tuple[int, dict[str, str | None]]] = {}
+_interpreting_lock = threading.Lock()
+
+
+def _session_key(session: SparkSession) -> object:
+    """One key per Spark session, whichever Python wrapper holds it: a Connect session's id,
+    or a local session's JVM object (wrappers of one local session may differ)."""
+    if is_connect(session):
+        return session.session_id
+    return session._jsparkSession.hashCode()
+
+
+@contextmanager
+def interpreted(*sessions: SparkSession) -> Iterator[None]:
+    """Run the block's queries in ``sessions`` without generated code.
+
+    On a few thousand rows, generating each query's Java, stripping it and compiling it with
+    Janino costs more driver time than the compiled code saves (bench/small_apply.py). The
+    setting is the session's, so it is counted per session: threads of one process may enter
+    at once, and the last to leave restores what the session had.
+    """
+    unique = {_session_key(session): session for session in sessions}
+    for key, session in unique.items():  # keyed by the JVM session: wrappers may differ
+        with _interpreting_lock:
+            count, saved = _interpreting.get(key, (0, {}))
+            if count == 0:
+                saved = {k: session.conf.get(k, None) for k in INTERPRETED_CONF}
+                for k, v in INTERPRETED_CONF.items():
+                    session.conf.set(k, v)
+            _interpreting[key] = (count + 1, saved)
+    try:
+        yield
+    finally:
+        for key, session in unique.items():
+            with _interpreting_lock:
+                count, saved = _interpreting.pop(key)
+                if count > 1:
+                    _interpreting[key] = (count - 1, saved)
+                    continue
+                for k, v in saved.items():
+                    if v is None:
+                        session.conf.unset(k)
+                    else:
+                        session.conf.set(k, v)
+
+
+def is_interpreted(session: SparkSession) -> bool:
+    """Whether a block of :func:`interpreted` holds ``session`` now."""
+    with _interpreting_lock:
+        return _session_key(session) in _interpreting
+
+
+def describe_session(spark: SparkSession, profile: str | None = None) -> str:
+    """'Spark local[1] (submitted profile)' or 'the engine at sc://...': what a job runs on,
+    for its log."""
+    master = spark.conf.get("spark.master")
+    if is_connect(spark):
+        return f"Spark {master} (the warm engine, through Spark Connect)"
+    return f"Spark {master} ({profile or active_profile()} profile)"
+
+
+def submit_args(settings: Settings) -> list[str]:
+    """spark-submit arguments of the local deployment: master, jars and the local tuning."""
+    conf = local_conf(settings)
+    args = ["--master", conf.pop("spark.master"), "--jars", conf.pop("spark.jars")]
+    conf.pop("spark.app.name")
+    for key, value in conf.items():
+        args += ["--conf", f"{key}={value}"]
+    return args

@@ -1,0 +1,195 @@
+"""The catalog: where every Delta table lives and what its fixed schema is (no IO, no Spark).
+
+Layout: ``<warehouse>/<layer>/<table>`` for the per-layer tables (current state, history,
+views, quarantine, late events) and ``<warehouse>/control/<table>`` for flow-level records
+(EOD runs, day closes, reconciliation runs and breaks, stage changes). All tables are path-based Delta
+tables. Spark jobs, the JVM-free readers and the Airflow layer all find tables here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from streamshift.spec.errors import StreamshiftError
+from streamshift.spec.flow import Flow
+
+LAYERS = ("batch", "stream")
+# The reconciliations recorded in recon_runs: stream vs batch (``parity`` or ``parity:<view>``),
+# against an external file, against the EOD file.
+PARITY, EXTERNAL, EOD_FILE = "parity", "external", "eod_file"
+# The kinds of break recorded in recon_breaks.
+MISSING_LEFT = "missing_left"  # the key exists only on the right
+MISSING_RIGHT = "missing_right"  # the key exists only on the left
+VALUE_MISMATCH = "value_mismatch"
+KINDS = (MISSING_LEFT, MISSING_RIGHT, VALUE_MISMATCH)
+
+QUARANTINE_SCHEMA = (
+    "flow STRING, source STRING, source_ref STRING, raw_payload STRING, rule STRING, "
+    "rules STRING, business_date DATE, batch_id STRING, quarantined_at TIMESTAMP"
+)
+LATE_EVENTS_SCHEMA = "flow STRING, business_date DATE, key STRING, version BIGINT, arrived_at TIMESTAMP, source STRING"
+EOD_RUNS_SCHEMA = (
+    "flow STRING, layer STRING, business_date DATE, file STRING, mode STRING, "
+    "received BIGINT, accepted BIGINT, rejected BIGINT, late BIGINT, run_at TIMESTAMP"
+)
+
+# Closed business dates, one row per layer a close covers: a change for a closed date is late.
+# ``how``: the EOD load (batch, shadow), the EOD file's reconciliation (stream), the cut-off
+# (kappa) or forced (``streamshift close --force``, with ``reason``); ``detail``: JSON (the
+# offsets a cut-off close waited for, the file).
+DAY_CLOSES_SCHEMA = (
+    "flow STRING, layer STRING, business_date DATE, how STRING, closed_at TIMESTAMP, "
+    "closed_by STRING, reason STRING, detail STRING"
+)
+
+# A re-runnable job's journal: a ``started`` row fixes, before the job's first write, the
+# current-state version its differences are computed against; ``done`` ends the run.
+RUN_JOURNAL_SCHEMA = (
+    "flow STRING, layer STRING, job STRING, run_key STRING, pinned_version BIGINT, "
+    "state STRING, at TIMESTAMP"
+)
+
+RECON_RUNS_SCHEMA = (
+    "run_id STRING, flow STRING, business_date DATE, recon STRING, left_side STRING, "
+    "right_side STRING, left_rows BIGINT, right_rows BIGINT, breaks BIGINT, "
+    "missing_left BIGINT, missing_right BIGINT, value_mismatch BIGINT, clean BOOLEAN, "
+    "stage STRING, run_at TIMESTAMP"
+)
+RECON_BREAKS_SCHEMA = (
+    "run_id STRING, flow STRING, business_date DATE, recon STRING, kind STRING, key STRING, "
+    "column STRING, left_value STRING, right_value STRING, difference DOUBLE, "
+    "found_at TIMESTAMP"
+)
+QUALITY_RUNS_SCHEMA = (
+    "run_id STRING, flow STRING, business_date DATE, layer STRING, suite STRING, "
+    "expectation STRING, policy STRING, success BOOLEAN, observed STRING, threshold STRING, "
+    "docs_page STRING, run_at TIMESTAMP"
+)
+STAGE_CHANGES_SCHEMA = (
+    "flow STRING, from_stage STRING, to_stage STRING, changed_at TIMESTAMP, changed_by STRING, "
+    "forced BOOLEAN, reason STRING, evidence STRING"
+)
+# Every answer to a promotion that waited for a second user's approval (four eyes): decision
+# is "approved", "rejected" or "timed out" (decided_by is null then).
+PROMOTION_DECISIONS_SCHEMA = (
+    "flow STRING, from_stage STRING, to_stage STRING, requested_by STRING, decision STRING, "
+    "decided_by STRING, decided_at TIMESTAMP, run_id STRING, forced BOOLEAN, reason STRING"
+)
+
+# Re-driven quarantine rows (``streamshift redrive``), one per delivery (``source_ref``) and
+# layer: ``outcome`` applied, still failing (``rules``: what it fails now) or unreadable.
+REDRIVES_SCHEMA = (
+    "flow STRING, layer STRING, source_ref STRING, rule STRING, business_date DATE, "
+    "outcome STRING, rules STRING, redriven_at TIMESTAMP, redriven_by STRING"
+)
+
+
+class UnknownLayerError(StreamshiftError):
+    final = True
+
+
+def quarantine_path(warehouse: Path, layer: str) -> str:
+    """The layer's quarantine, which its flows share (a ``flow`` column tells them apart)."""
+    return str(warehouse / layer / "quarantine")
+
+
+@dataclass(frozen=True)
+class LayerTables:
+    """Paths of one flow's tables in one layer."""
+
+    warehouse: Path
+    flow: Flow
+    layer: str
+
+    def __post_init__(self) -> None:
+        if self.layer not in LAYERS:
+            raise UnknownLayerError(f"unknown layer {self.layer!r}; use one of {', '.join(LAYERS)}")
+
+    def _path(self, name: str) -> str:
+        return str(self.warehouse / self.layer / name)
+
+    @property
+    def current(self) -> str:
+        return self._path(self.flow.name)
+
+    @property
+    def history(self) -> str:
+        return self._path(f"{self.flow.name}_history")
+
+    @property
+    def redeliveries(self) -> str:
+        """Deliveries of a version after its first (history holds the first): a re-sent
+        message, a line repeated in a file, a file sent again under another name. Rows of
+        history's schema, one per delivery (``_log_ref``, else ``_source_ref``)."""
+        return self._path(f"{self.flow.name}_redeliveries")
+
+    @property
+    def quarantine(self) -> str:
+        return quarantine_path(self.warehouse, self.layer)
+
+    @property
+    def late_events(self) -> str:
+        return self._path("late_events")
+
+    def view(self, name: str) -> str:
+        self.flow.view(name)  # raises for an unknown view
+        return self._path(name)
+
+    @property
+    def eod_runs(self) -> str:
+        return ControlTables(self.warehouse).eod_runs
+
+    @property
+    def day_closes(self) -> str:
+        return ControlTables(self.warehouse).day_closes
+
+
+@dataclass(frozen=True)
+class ControlTables:
+    """Paths of the flow-level control tables, shared by every flow (rows carry ``flow``)."""
+
+    warehouse: Path
+
+    def _path(self, name: str) -> str:
+        return str(self.warehouse / "control" / name)
+
+    @property
+    def eod_runs(self) -> str:
+        return self._path("eod_runs")
+
+    @property
+    def day_closes(self) -> str:
+        """Every close of a business date, per layer (``DAY_CLOSES_SCHEMA``)."""
+        return self._path("day_closes")
+
+    @property
+    def run_journal(self) -> str:
+        return self._path("run_journal")
+
+    @property
+    def recon_runs(self) -> str:
+        return self._path("recon_runs")
+
+    @property
+    def recon_breaks(self) -> str:
+        return self._path("recon_breaks")
+
+    @property
+    def stage_changes(self) -> str:
+        return self._path("stage_changes")
+
+    @property
+    def promotion_decisions(self) -> str:
+        """Approvals and rejections of promotions (``PROMOTION_DECISIONS_SCHEMA``)."""
+        return self._path("promotion_decisions")
+
+    @property
+    def redrives(self) -> str:
+        """What each re-drive of a quarantined row did (``REDRIVES_SCHEMA``)."""
+        return self._path("redrives")
+
+    @property
+    def quality_runs(self) -> str:
+        """One row per expectation per data-quality run (Great Expectations)."""
+        return self._path("quality_runs")

@@ -1,0 +1,163 @@
+"""The data-quality project: Great Expectations suites kept as files in the repo, and results.
+
+``expectations/gx`` is a file-based Great Expectations 1.x project: one suite per flow and
+dataset (``expectations/<flow>/<dataset>.json``, named ``<flow>.<dataset>``), one validation
+definition and one checkpoint each. Each expectation carries its **policy** beside it, as its
+Great Expectations ``severity``: ``critical`` = **fail** (the EOD task fails naming it),
+``warning`` = **warn** (recorded, the run goes on), and a ``meta.name`` the summary shows.
+Thresholds are the suites' kwargs, or (for thresholds computed per day) the suite's
+``meta.streamshift`` entries; ``flows/<flow>/quality.json`` overrides either per flow.
+
+Nothing here imports Spark or Great Expectations: the summary, the report, the promotion gate
+and the Airflow page read results from the ``quality_runs`` Delta table through deltalake.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from streamshift.spec.errors import StreamshiftError
+from streamshift.spec.formatting import format_table
+from streamshift.spec.settings import REPO_ROOT
+
+PROJECT = REPO_ROOT / "expectations" / "gx"
+POLICIES = {"critical": "fail", "warning": "warn", "info": "warn"}
+
+
+class QualityError(StreamshiftError):
+    final = True
+
+
+def suite_path(suite: str) -> Path:
+    flow, _, dataset = suite.partition(".")
+    return PROJECT / "expectations" / flow / f"{dataset}.json"
+
+
+def datasets(flow: str) -> list[str]:
+    """The datasets the flow has suites for (``raw``, ``current``, a view, ``quarantine``)."""
+    folder = PROJECT / "expectations" / flow
+    return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
+
+
+def overrides(flow: str) -> dict[str, Any]:
+    """``flows/<flow>/quality.json``: ``{suite: {"meta": {...}, "<expectation name>": {kwarg:
+    value}}}`` — per-flow thresholds over the suites' own."""
+    path = REPO_ROOT / "flows" / flow / "quality.json"
+    if not path.exists():
+        return {}
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def suite_document(suite: str) -> dict[str, Any]:
+    """The suite's JSON with the flow's overrides applied (what is validated)."""
+    path = suite_path(suite)
+    if not path.exists():
+        raise QualityError(f"no suite {suite}: expected {path}")
+    doc: dict[str, Any] = json.loads(path.read_text())
+    changes = overrides(suite.partition(".")[0]).get(suite, {})
+    names = {e.get("meta", {}).get("name") for e in doc["expectations"]}
+    unknown = sorted(set(changes) - names - {"meta"})
+    if unknown:
+        raise QualityError(
+            f"flows/{suite.partition('.')[0]}/quality.json overrides {', '.join(unknown)} in "
+            f"{suite}, which has no such expectation (names: {', '.join(sorted(n for n in names if n))})"
+        )
+    doc = copy.deepcopy(doc)
+    doc.setdefault("meta", {}).setdefault("streamshift", {}).update(changes.get("meta", {}))
+    for expectation in doc["expectations"]:
+        expectation["kwargs"].update(changes.get(expectation.get("meta", {}).get("name"), {}))
+    return doc
+
+
+def suite_settings(suite: str) -> dict[str, Any]:
+    """The suite's computed-threshold settings (``meta.streamshift``), overrides applied."""
+    settings: dict[str, Any] = suite_document(suite).get("meta", {}).get("streamshift", {})
+    return settings
+
+
+# ---- results ------------------------------------------------------------------------------
+@dataclass
+class Check:
+    """One expectation's outcome in one run."""
+
+    suite: str
+    expectation: str
+    policy: str  # fail | warn
+    success: bool
+    observed: str
+    threshold: str
+
+    @property
+    def verdict(self) -> str:
+        if self.success:
+            return "pass"
+        return "FAIL" if self.policy == "fail" else "warn"
+
+
+def new_run_id() -> str:
+    """A quality run's id: its UTC start, then a short random part (ids sort by time)."""
+    return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+@dataclass
+class QualityRun:
+    run_id: str
+    flow: str
+    business_date: str
+    layer: str
+    checks: list[Check] = field(default_factory=list)
+    docs: dict[str, str] = field(default_factory=dict)  # suite -> page under data_docs/
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if c.verdict == "FAIL"]
+
+    @property
+    def warnings(self) -> list[Check]:
+        return [c for c in self.checks if c.verdict == "warn"]
+
+    def counts(self) -> dict[str, int]:
+        return {v: sum(c.verdict == v for c in self.checks) for v in ("pass", "warn", "FAIL")}
+
+    def table(self) -> str:
+        rows = [
+            [c.suite, c.expectation, c.policy, c.observed, c.threshold, c.verdict]
+            for c in self.checks
+        ]
+        return format_table(
+            ["suite", "expectation", "policy", "observed", "threshold", "result"], rows
+        )
+
+    def summary(self) -> str:
+        n = self.counts()
+        return (
+            f"data quality of {self.flow} {self.business_date} ({self.layer} layer): "
+            f"{n['pass']} pass, {n['warn']} warn, {n['FAIL']} fail"
+        )
+
+    def describe(self) -> str:
+        """What the job says it did, as every job result does: the table of checks and the
+        summary line with the run's id."""
+        return f"{self.table()}{self.summary()} (run {self.run_id})"
+
+    def failure_line(self) -> str:
+        """One line naming each failing expectation, its observed value and threshold."""
+        return "data quality failed: " + "; ".join(
+            f"{c.suite} {c.expectation}: observed {c.observed}, expected {c.threshold}"
+            for c in self.failures
+        )
+
+
+def counts_by_verdict(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """pass/warn/fail counts of ``quality_runs`` rows (as :func:`quality_results` keeps them)."""
+    out = {"pass": 0, "warn": 0, "fail": 0}
+    for r in rows:
+        out["pass" if r["success"] else r["policy"]] += 1
+    return out
