@@ -17,7 +17,7 @@ LOCAL_SPARK = {"spark_master": "local[2]", "spark_shuffle_partitions": "2"}
 ENGINE_URL_VAR = "TESTS_ENGINE_URL"
 
 
-def test_engine() -> str:
+def suite_engine() -> str:
     return os.environ.get(ENGINE_URL_VAR, "")
 
 
@@ -25,7 +25,7 @@ def cli_env(home: Path, **settings: str) -> dict[str, str]:
     """The environment minus the developer's STREAMSHIFT_*, plus ``home`` and ``settings``
     (given by field name: ``spark_master="local[2]"`` → STREAMSHIFT_SPARK_MASTER)."""
     env = submit_env(home)  # this venv first on PATH, loopback, this Python for workers
-    env["STREAMSHIFT_ENGINE"] = test_engine()  # never a developer's engine
+    env["STREAMSHIFT_ENGINE"] = suite_engine()  # never a developer's engine
     env.update({f"STREAMSHIFT_{name.upper()}": value for name, value in settings.items()})
     return env
 

@@ -131,14 +131,14 @@ def session_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def settings(session_home: Path) -> Settings:
-    from tests.cli_support import test_engine
+    from tests.cli_support import suite_engine
 
     return load_settings(
         {},
         home=session_home,
         spark_master="local[2]",
         spark_shuffle_partitions=2,
-        engine=test_engine(),  # the suite's engine, never a developer's
+        engine=suite_engine(),  # the suite's engine, never a developer's
     )
 
 
@@ -205,7 +205,7 @@ def airflow_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
             f"the Airflow tests are not grouped ({users}): pytest_collection_modifyitems "
             "must run before xdist's"
         )
-    from tests.cli_support import test_engine
+    from tests.cli_support import suite_engine
 
     home = tmp_path_factory.mktemp("airflow-stack")
     # Two Spark jobs at once: backfill runs overlap on the two cores (and their commits to the
@@ -218,7 +218,7 @@ def airflow_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         airflow_port=free_port(),
         airflow_spark_slots=2,
         promotion_window=3,
-        engine=test_engine(),  # the suite's engine: the stack starts none of its own
+        engine=suite_engine(),  # the suite's engine: the stack starts none of its own
     )
     from streamshift.engine.write.commits import KILL_FILE_ENV
     from tests.airflow_support import kill_file

@@ -38,7 +38,7 @@ from streamshift.store.produce import produce_rows, read_rows
 from streamshift.store.records import day_closes
 from streamshift.store.tables import rows
 from tests.airflow_support import asset_events, dag_test, land_day, land_external
-from tests.cli_support import CLI, cli_env, test_engine
+from tests.cli_support import CLI, cli_env, suite_engine
 from tests.stream_support import drain, new_topic, oracle, state
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
@@ -174,7 +174,7 @@ def test_late_data_re_reconciles_exactly_the_late_date(spark, tmp_path: Path) ->
         home=tmp_path / "home",
         spark_master="local[2]",
         spark_shuffle_partitions=2,
-        engine=test_engine(),
+        engine=suite_engine(),
     )
     LocalAirflow(settings).migrate()
     d1, d2 = dt.date(2026, 11, 10), dt.date(2026, 11, 11)

@@ -43,6 +43,8 @@ for folder in sys.argv[1].split(","):
     package = importlib.import_module(f"streamshift.{folder}")
     loaded.append(package.__name__)
     for m in pkgutil.walk_packages(package.__path__, f"streamshift.{folder}."):
+        if m.name.endswith(".__main__"):  # runs a command when imported
+            continue
         importlib.import_module(m.name)
         loaded.append(m.name)
 for folder in ("dags", "plugins"):

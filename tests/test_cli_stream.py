@@ -74,10 +74,10 @@ def test_status_without_any_stream_job(tmp_path: Path) -> None:
     # The warm engine's line first: the suite's engine answers; an address nothing listens on
     # does not, and the line says what to start (the exit status stays the streams').
     from streamshift.store.processes import free_port
-    from tests.cli_support import run_cli, test_engine
+    from tests.cli_support import run_cli, suite_engine
 
-    if test_engine():
-        assert result.stdout.startswith(f"engine: answering at {test_engine()}\n")
+    if suite_engine():
+        assert result.stdout.startswith(f"engine: answering at {suite_engine()}\n")
     silent = f"sc://127.0.0.1:{free_port()}"
     down = run_cli(tmp_path, "status", engine=silent)
     assert down.returncode == 3

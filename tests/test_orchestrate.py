@@ -230,9 +230,9 @@ def test_an_engine_task_fails_at_once_when_its_job_says_a_retry_cannot_help(
 
     from streamshift.local.airflow import connections
     from streamshift.store.processes import free_port
-    from tests.cli_support import cli_env, test_engine
+    from tests.cli_support import cli_env, suite_engine
 
-    if not test_engine():
+    if not suite_engine():
         pytest.skip("the suite runs without its engine (TESTS_ENGINE=off)")
     missing = tmp_path / "missing.csv"
     request = EodRequest("trades", dt.date(2026, 11, 20), missing).to_json()
@@ -257,7 +257,7 @@ def test_an_engine_task_fails_at_once_when_its_job_says_a_retry_cannot_help(
         assert said, (done.stdout + done.stderr)[-3000:]
         return said[0].removeprefix("FAILED ")
 
-    assert task_with(test_engine()).startswith(
+    assert task_with(suite_engine()).startswith(
         f"load_eod_file failed: EOD file {missing} not found"
     )
     down = task_with(f"sc://127.0.0.1:{free_port()}")
