@@ -47,6 +47,15 @@ def _say(message: str) -> None:
     print(f"\n== {message}", flush=True)
 
 
+def traced(flow: Any, tables: Any, key: str) -> None:
+    """Print ``streamshift trace``'s table of ``key``: every delivery, its source and outcome."""
+    from streamshift.control.trace import COLUMNS, table_rows, trace
+    from streamshift.spec.formatting import format_table
+
+    sys.stdout.write(format_table(COLUMNS, table_rows(trace(flow, tables, key))))
+    sys.stdout.flush()
+
+
 @dataclasses.dataclass(frozen=True)
 class DemoDays:
     """The demo's business days, oldest first; the last (kappa's) is the latest business day
@@ -555,6 +564,12 @@ class _Demo:
         self.last_day = day
 
     def closing_words(self) -> None:
+        if self.traced is not None:
+            _say(
+                f"where's my adjustment? {self.flow.key} {self.traced}, the row the stream missed "
+                "and the EOD run corrected, traced in the stream layer (streamshift trace)"
+            )
+            traced(self.flow, self.stream.tables, self.traced)
         html_path, json_path = self.report
         _say("the day's report")
         print(f"  {html_path}\n  {json_path} (for machines)")
