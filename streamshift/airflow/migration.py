@@ -177,9 +177,7 @@ def _quarantine(settings: Settings, flow: str, stage: str) -> dict[str, Any]:
     from streamshift.store.tables import rows
 
     layer = serving_layer_of(stage)
-    found = pending(settings, flow, layer)
-    by_rule = Counter(q["rule"] for q in found)
-    by_date = Counter((q["rule"], q["business_date"]) for q in found)
+    by_date = Counter((q["rule"], q["business_date"]) for q in pending(settings, flow, layer))
     outcomes = rows(
         ControlTables(settings.warehouse).redrives,
         where=[("flow", "=", flow), ("layer", "=", layer)],
@@ -188,17 +186,20 @@ def _quarantine(settings: Settings, flow: str, stage: str) -> dict[str, Any]:
     return {
         "layer": layer,
         "by_rule": [
-            row for rule, n in sorted(by_rule.items()) for row in _dates_of(rule, n, by_date)
+            row for rule in sorted({r for r, _ in by_date}) for row in _dates_of(rule, by_date)
         ],
         "redrives": latest,
     }
 
 
-def _dates_of(rule: str, rows: int, by_date: dict[tuple[str, Any], int]) -> list[dict[str, Any]]:
-    """A rule's rows of the page's quarantine table: one per business date (None: a row whose
-    date did not parse), after one for all of them when there are several."""
+def _dates_of(rule: str, by_date: dict[tuple[str, Any], int]) -> list[dict[str, Any]]:
+    """A rule's rows of the page's quarantine table: one per business date (None: rows whose
+    date did not parse, which only the rule's re-drive of every date takes), after one for all
+    of them when there are several or the only one is unread."""
     days = sorted(((d, n) for (r, d), n in by_date.items() if r == rule), key=lambda dn: str(dn[0]))
-    every = [{"rule": rule, "business_date": "all", "rows": rows}] if len(days) > 1 else []
+    total = sum(n for _, n in days)
+    several = len(days) > 1 or days[0][0] is None
+    every = [{"rule": rule, "business_date": "all", "rows": total}] if several else []
     return every + [{"rule": rule, "business_date": d, "rows": n} for d, n in days]
 
 

@@ -27,7 +27,7 @@ import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -365,11 +365,7 @@ def _quarantine_conflicts(
     """Deliveries of versions history holds with other content, to quarantine as
     ``version_conflict`` (their payload as the typed row in JSON: the batch keeps raw text
     for rejected rows only)."""
-    key, version = flow.key, flow.version
-    wanted = spark.createDataFrame(sorted(conflicts), checked.select(key, version).schema)
-    rows = checked.where(F.col(FIRST_VERSION)).join(
-        F.broadcast(wanted), [key, version], "left_semi"
-    )
+    rows = _by_key_version(flow, checked.where(F.col(FIRST_VERSION)), conflicts, "left_semi")
     rows = rows.select(
         F.lit(flow.name).alias("flow"),
         F.col(SOURCE).alias("source"),
@@ -423,7 +419,7 @@ def _apply_accepted(
                 version,
                 SOURCE,
                 content_hash(flow).alias(CONTENT),
-                _delivered(),
+                _delivered().alias(DELIVERED),
                 *group_columns,
             ).collect()
             pairs = {(r[key], r[bd]) for r in incoming}
@@ -510,10 +506,7 @@ def _apply_accepted(
             rule = VERSION_CONFLICT_RULE
             result.rejected_by_rule[rule] = result.rejected_by_rule.get(rule, 0) + len(conflicts)
             if not small:
-                wanted = spark.createDataFrame(
-                    sorted(conflicts), versions.select(key, version).schema
-                )
-                versions = versions.join(F.broadcast(wanted), [key, version], "left_anti")
+                versions = _by_key_version(flow, versions, conflicts, "left_anti")
 
         repeats = sum(r["repeats"] for r in by_group)
         if repeats or resent:
@@ -705,10 +698,7 @@ def _insert_history(
     """Step 3 for a small batch: the versions history did not hold when it was read, MERGEd
     on their keys and dates only."""
     key, version, bd = flow.key, flow.version, flow.business_date
-    wanted = spark.createDataFrame(
-        [(r[key], r[version]) for r in new], versions.select(key, version).schema
-    )
-    rows = versions.join(F.broadcast(wanted), [key, version], "left_semi")
+    rows = _by_key_version(flow, versions, {(r[key], r[version]) for r in new}, "left_semi")
     keys = sorted({r[key] for r in new})
     dates = sorted({r[bd] for r in new})
     narrowed = sql.col(bd, "t").isin(dates) & sql.col(key, "t").isin(keys)
@@ -735,7 +725,7 @@ def _history_of(
             flow.version,
             SOURCE,
             content_hash(flow).alias(CONTENT),
-            _delivered(),
+            _delivered().alias(DELIVERED),
             *group_columns,
         )
         .collect()
@@ -797,7 +787,19 @@ def _touched_groups(
 
 def _delivered() -> Column:
     """A stored or incoming version's delivery (see ``DELIVERED``)."""
-    return F.coalesce(F.col(LOG_REF), F.col(SOURCE_REF)).alias(DELIVERED)
+    return F.coalesce(F.col(LOG_REF), F.col(SOURCE_REF))
+
+
+def _by_key_version(
+    flow: Flow, frame: DataFrame, pairs: Iterable[tuple[object, object]], how: str
+) -> DataFrame:
+    """``frame``'s rows whose (key, version) is one of ``pairs`` (``how="left_semi"``) or is
+    none of them (``"left_anti"``): a broadcast join with the pairs, whatever their number."""
+    key, version = flow.key, flow.version
+    wanted = frame.sparkSession.createDataFrame(
+        sorted(pairs, key=repr), frame.select(key, version).schema
+    )
+    return frame.join(F.broadcast(wanted), [key, version], how)
 
 
 def _record_redeliveries(
@@ -822,8 +824,7 @@ def _record_redeliveries(
     rows = state_columns(flow, checked.where(accepted & ~F.col(FIRST_VERSION)))
     firsts = state_columns(flow, checked.where(accepted & F.col(FIRST_VERSION)))
     if isinstance(resent, list) and resent:
-        wanted = spark.createDataFrame(resent, firsts.select(key, version).schema)
-        rows = rows.unionByName(firsts.join(F.broadcast(wanted), [key, version], "left_semi"))
+        rows = rows.unionByName(_by_key_version(flow, firsts, resent, "left_semi"))
     elif resent:
         held = (
             read(spark, tables.history)
@@ -843,10 +844,7 @@ def _record_redeliveries(
         )
         rows = rows.unionByName(firsts.join(held, on, "left_semi"))
     if conflicts:
-        wanted = spark.createDataFrame(
-            sorted(conflicts, key=repr), rows.select(key, version).schema
-        )
-        rows = rows.join(F.broadcast(wanted), [key, version], "left_anti")
+        rows = _by_key_version(flow, rows, conflicts, "left_anti")
     ensure_table(spark, tables.redeliveries, state_schema(spark, flow), (flow.business_date,))
     same_delivery = sql.coalesce(sql.col(LOG_REF, "t"), sql.col(SOURCE_REF, "t")).eq(
         sql.coalesce(sql.col(LOG_REF, "s"), sql.col(SOURCE_REF, "s"))
