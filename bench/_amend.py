@@ -1,7 +1,10 @@
-"""A generated trade's next version as a raw amendment row (the write path's input)."""
+"""A generated trade's next version: as a raw amendment row (the write path's input), or as a
+one-row EOD file."""
 
 from __future__ import annotations
 
+import csv
+from pathlib import Path
 from typing import Any
 
 
@@ -22,3 +25,18 @@ def amendment(row: Any, source_ref: str) -> tuple[str, ...]:
         source_ref,
         "",
     )
+
+
+def amendment_file(day_file: Path, version: int, out: Path) -> Path:
+    """The day's first trade at ``version``, quantity changed: a one-row EOD file."""
+    with day_file.open(newline="") as f:
+        reader = csv.DictReader(f)
+        row = next(reader)
+        fields = reader.fieldnames
+    assert fields is not None
+    row.update(version=str(version), event_type="AMEND", quantity=str(int(row["quantity"]) + 1))
+    with out.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerow(row)
+    return out

@@ -3,13 +3,14 @@
 Every write-path step is one or more of these; their floor bounds what a one-trade
 correction (bench/correction_cost.py) or one micro-batch (bench/stream_latency.py) can cost,
 however little data it carries. In one Spark session, on a 1,000-row Delta table, median of
---repeat runs each:
+--repeat runs each, the operations taken in turn:
 
   * a trivial Spark job (``spark.range(10).collect()``);
   * a filtered read of the Delta table, collected;
   * a one-row blind append;
   * a one-row MERGE (update or insert), deletion vectors off and on;
-  * the same MERGE into a table with Change Data Feed on (what a view MERGE pays).
+  * the same MERGE into a table with Change Data Feed on (what a view MERGE pays);
+  * the first MERGE with its source not materialised first (``materializeSource=none``).
 
 Run: .venv/bin/python bench/delta_floor.py [--repeat N]
 """
@@ -29,6 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from streamshift.engine.spark import get_spark
 from streamshift.spec.settings import load_settings
+
+# Delta materialises a MERGE's source (one more Spark job) unless told it is deterministic.
+MATERIALIZE = "spark.databricks.delta.merge.materializeSource"
 
 
 def main() -> int:
@@ -63,8 +67,10 @@ def run(work: Path, repeat: int) -> int:
         "cdf", {"delta.enableDeletionVectors": "false", "delta.enableChangeDataFeed": "true"}
     )
 
-    def merge(path: str) -> Callable[[int], None]:
+    def merge(path: str, **conf: str) -> Callable[[int], None]:
         def op(i: int) -> None:
+            for key, value in conf.items():
+                spark.conf.set(key, value)
             source = spark.createDataFrame([(str(i % 2000), i)], "k STRING, v LONG")
             (
                 DeltaTable.forPath(spark, path)
@@ -74,6 +80,8 @@ def run(work: Path, repeat: int) -> int:
                 .whenNotMatchedInsertAll()
                 .execute()
             )
+            for key in conf:
+                spark.conf.unset(key)
 
         return op
 
@@ -92,17 +100,19 @@ def run(work: Path, repeat: int) -> int:
         ("one-row MERGE", merge(plain)),
         ("one-row MERGE, deletion vectors", merge(with_dv)),
         ("one-row MERGE, change data feed", merge(with_cdf)),
+        ("one-row MERGE, source not materialised", merge(plain, **{MATERIALIZE: "none"})),
     ]
     for _, op in operations:  # warm the JVM once over every code path
         op(-1)
-    print(f"{'operation':36} {'median':>8} {'min':>8}   ({repeat} runs each)")
-    for label, op in operations:
-        times = []
-        for i in range(repeat):
+    times: dict[str, list[float]] = {label: [] for label, _ in operations}
+    for i in range(repeat):  # round robin: a slower minute weighs on every operation alike
+        for label, op in operations:
             started = time.perf_counter()
             op(i)
-            times.append(time.perf_counter() - started)
-        print(f"{label:36} {statistics.median(times):7.3f}s {min(times):7.3f}s", flush=True)
+            times[label].append(time.perf_counter() - started)
+    print(f"{'operation':42} {'median':>8} {'min':>8}   ({repeat} runs each)")
+    for label, taken in times.items():
+        print(f"{label:42} {statistics.median(taken):7.3f}s {min(taken):7.3f}s", flush=True)
     spark.stop()
     return 0
 

@@ -13,7 +13,6 @@ Run: .venv/bin/python bench/engine_latency.py [--trades 300] [--repeat 3]
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as dt
 import os
 import statistics
@@ -24,6 +23,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _amend import amendment_file
 
 from flows.trades.generate import generate_day
 from streamshift.engine.spark import submit_env
@@ -57,21 +58,6 @@ def _eod(home: Path, engine: str, file: Path) -> float:
     return seconds
 
 
-def _amendment(day_file: Path, version: int, out: Path) -> Path:
-    """The day's first trade at ``version``, quantity changed: a one-row EOD file."""
-    with day_file.open(newline="") as f:
-        reader = csv.DictReader(f)
-        row = next(reader)
-        fields = reader.fieldnames
-    assert fields is not None
-    row.update(version=str(version), event_type="AMEND", quantity=str(int(row["quantity"]) + 1))
-    with out.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerow(row)
-    return out
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trades", type=int, default=300, help="trades in the loaded day")
@@ -87,13 +73,13 @@ def main() -> int:
     try:
         files = generate_day(DAY, args.trades, work / "files", seed=7, progress=False)
         _eod(home, url, files.eod)  # the day, and the engine's first job of this flow
-        _eod(home, url, _amendment(files.eod, 50, work / "warm.csv"))
+        _eod(home, url, amendment_file(files.eod, 50, work / "warm.csv"))
         timings: dict[str, list[float]] = {"engine": [], "no engine": []}
         version = 100
         for i in range(args.repeat):
             for side, address in (("engine", url), ("no engine", "")):
                 version += 1
-                one = _amendment(files.eod, version, work / f"fix-{version}.csv")
+                one = amendment_file(files.eod, version, work / f"fix-{version}.csv")
                 timings[side].append(_eod(home, address, one))
                 print(f"run {i + 1} {side}: {timings[side][-1]:.2f} s", file=sys.stderr, flush=True)
     finally:

@@ -237,7 +237,7 @@ def test_the_eod_dag_in_kappa_waits_for_no_file_and_closes_the_day_at_its_cut_of
     assert run["state"] == "success", run["output"][-4000:]
     tasks = run["tasks"]
     assert tasks["wait_for_cut_off"] == "success" and tasks["close_day"] == "success"
-    for skipped in ("wait_for_eod_file", "check_raw_file", "load_eod_file", "correct_stream_layer"):
+    for skipped in ("wait_for_eod_file", "load_eod_file", "correct_stream_layer"):
         assert tasks[skipped] == "skipped", skipped
     assert tasks["data_quality"] == "success" and tasks["publish_summary"] == "success"
     [close] = day_closes(settings, FLOW.name, day)

@@ -15,7 +15,7 @@ import contextlib
 import datetime as dt
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -201,6 +201,48 @@ def _write_report(flow: str, business_date: str) -> str:
     return str(html_path)
 
 
+# The tasks of each path an EOD run can take; the run's first task skips the other paths'.
+_PATHS = {
+    "load_eod_file": ("wait_for_eod_file", "load_eod_file"),
+    "correct_stream_layer": ("wait_for_eod_file", "correct_stream_layer"),
+    "close_day": ("wait_for_cut_off", "close_day"),
+}
+
+
+def _take_path(context: Any, resolved: dict[str, Any]) -> NoReturn:
+    """Skip the tasks of the paths the stage does not take (and ``reconcile`` when there is
+    nothing to reconcile against), as a branch task would, from ``resolve_inputs`` itself: one
+    scheduling round less per fork. Its outputs are pushed first, as its return would."""
+    from airflow.sdk.exceptions import DownstreamTasksSkipped
+
+    taken = set(_PATHS[resolved["path"]]) | ({"reconcile"} if resolved["reconcile"] else set())
+    skipped = sorted(({t for path in _PATHS.values() for t in path} | {"reconcile"}) - taken)
+    ti = context["ti"]
+    for key, value in resolved.items():
+        ti.xcom_push(key, value)
+    ti.xcom_push("return_value", resolved)
+    print(f"stage {resolved['stage']}: {resolved['path']}; skipped: {', '.join(skipped)}")
+    raise DownstreamTasksSkipped(tasks=skipped)
+
+
+class EodFileSensor(CompleteFileSensor):
+    """The EOD file's wait, then its file-level checks in pure Python (header, delimiter,
+    truncation): a bad file fails the task at once, without retries, before any Spark job."""
+
+    template_fields = (*CompleteFileSensor.template_fields, "resolved")
+
+    def __init__(self, *, resolved: Any, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.resolved = resolved
+
+    def on_complete(self, context: Any) -> None:
+        from streamshift.store.eodfile import BadFileError
+
+        with _no_retry_on(T.InputError, BadFileError):
+            checked = T.check_raw_file(_settings(), self.resolved)
+        print(f"{checked['file']}: {checked['data_lines']} data lines, columns ok")
+
+
 def eod_dag(flow: str) -> DAG:
     """``eod_<flow>``: wait for the day's EOD file, check it, load or correct, reconcile, report."""
     settings = _settings()
@@ -236,8 +278,10 @@ def eod_dag(flow: str) -> DAG:
         },
         doc_md=f"""
 ### End of day for `{flow}`
-Runs on business days after the close (or triggered with params). Finds the EOD file in
-`{T.landing_dir(settings, flow)}/<date>/`, checks it, then follows the flow's migration stage:
+Runs on business days after the close (or triggered with params). **resolve_inputs** reads the
+flow's migration stage and skips the tasks of the paths it does not take; the EOD file is found in
+`{T.landing_dir(settings, flow)}/<date>/`, and **wait_for_eod_file** waits until it is complete,
+then checks it (header, delimiter, truncation) before any Spark job:
 
 * `batch`, `shadow`: **load_eod_file** into the batch layer, then **reconcile** (stream vs batch in
   `shadow`; against `external_<date>.csv` when it is there);
@@ -249,51 +293,45 @@ Runs on business days after the close (or triggered with params). Finds the EOD 
   against `external_<date>.csv` when it is there.
 
 The Spark job that writes the day also validates it with the flow's Great Expectations suites, in
-the same application; then **data_quality** gives the verdict (a `fail` expectation fails the run
-naming it, a `warn` one is recorded), **write_report** and **publish_summary** (XCom + one line in
-the log). Backfill with
+the same application; then **data_quality** gives the verdict and writes the day's report (a `fail`
+expectation fails the run naming it, once the report shows it; a `warn` one is recorded), and
+**publish_summary** publishes (XCom + one line in the log). Backfill with
 `airflow backfill create --dag-id eod_{flow} --from-date D1 --to-date D2`.
 """,
     ) as dag:
 
-        @task(multiple_outputs=True, doc_md="Validate the params, find the file, read the stage.")
+        @task(
+            multiple_outputs=True,
+            doc_md="Validate the params, find the file, read the stage, and skip what the "
+            "stage does not run (one task decides the path: no branch task per fork).",
+        )
         def resolve_inputs() -> dict[str, Any]:
             from streamshift.store.records import current_stage
 
-            params = get_current_context()["params"]
+            context = get_current_context()
             s = _settings()
             with _no_retry_on(T.InputError):
-                return T.resolve_inputs(
-                    s, flow, dict(params), _logical_day(), current_stage(s, flow)
+                resolved = T.resolve_inputs(
+                    s, flow, dict(context["params"]), _logical_day(), current_stage(s, flow)
                 )
+            _take_path(context, resolved)  # returns by skipping the paths not taken
 
         inputs = resolve_inputs()
 
-        wait = CompleteFileSensor(
+        wait = EodFileSensor(
             task_id="wait_for_eod_file",
             filepath=inputs["file"],
+            resolved=inputs,
             flow=flow,
             stable_seconds=settings.file_stable_seconds,
             poke_interval=60,
             timeout=12 * 3600,
             doc_md="Wait for the EOD file to arrive and be complete, as the flow declares: a "
             "done-marker, a trailer line, or a size that stopped changing (deferred: a waiting "
-            "run holds no worker slot; a half-copied file is never loaded).",
+            "run holds no worker slot; a half-copied file is never loaded). Then the file-level "
+            "checks in pure Python (header, delimiter, truncation): a bad file fails here, "
+            "before any Spark job.",
         )
-
-        @task(doc_md="File-level checks in pure Python (header, delimiter, truncation).")
-        def check_raw_file(resolved: dict[str, Any]) -> dict[str, Any]:
-            from streamshift.store.eodfile import BadFileError
-
-            with _no_retry_on(T.InputError, BadFileError):
-                checked = T.check_raw_file(_settings(), resolved)
-            print(f"{checked['file']}: {checked['data_lines']} data lines, columns ok")
-            return checked
-
-        @task.branch(doc_md="Wait for the EOD file, or (kappa) for the date's cut-off.")
-        def file_or_cut_off(waits_for_file: bool, stage: str) -> str:
-            print(f"stage {stage}: " + ("an EOD file" if waits_for_file else "no EOD file"))
-            return "wait_for_eod_file" if waits_for_file else "wait_for_cut_off"
 
         @task.sensor(
             poke_interval=60,
@@ -320,11 +358,6 @@ the log). Backfill with
             "validate it.",
         )
 
-        @task.branch(doc_md="Load the batch layer (batch, shadow) or correct the stream layer.")
-        def choose_path(path: str, stage: str) -> str:
-            print(f"stage {stage}: {path}")
-            return path
-
         load = engine_task(
             "load_eod_file",
             inputs["load_request"],
@@ -336,20 +369,11 @@ the log). Backfill with
             "Reconcile the EOD file against the stream layer and apply the differences.",
         )
 
-        @task.branch(
-            trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
-            doc_md="Reconcile when there is something to reconcile against.",
-        )
-        def anything_to_reconcile(reconcile: bool, stage: str) -> str:
-            if reconcile:
-                return "reconcile"
-            print(f"stage {stage} and no external file: nothing to reconcile, skipping")
-            return "data_quality"
-
         reconcile = engine_task(
             "reconcile",
             inputs["reconcile_request"],
             "Reconcile stream vs batch and against external files.",
+            trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
         )
 
         @task(
@@ -357,15 +381,20 @@ the log). Backfill with
             trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
             retries=0,  # a failed expectation fails the same way again
             doc_md="The verdict of the Great Expectations checks the load (or correction) job "
-            "ran on the day in its Spark application, read from `quality_runs` without a JVM: "
-            "an expectation with policy `fail` fails this task naming it; `warn` is recorded "
-            "and the run goes on.",
+            "ran on the day in its Spark application, read from `quality_runs` without a JVM, and "
+            "the day's HTML and JSON report, which shows it (read without Spark). An expectation "
+            "with policy `fail` fails this task naming it, once the report is written; `warn` "
+            "is recorded and the run goes on.",
         )
         def data_quality(resolved: dict[str, Any]) -> dict[str, int]:
             from airflow.sdk.exceptions import AirflowFailException
 
-            with _no_retry_on(QualityError):
-                run = T.quality_verdict(_settings(), resolved)
+            try:
+                with _no_retry_on(QualityError):
+                    run = T.quality_verdict(_settings(), resolved)
+            finally:
+                # The report is written whatever the verdict: a failed run's report shows why.
+                _write_report(flow, resolved["business_date"])
             if run is None:
                 print(f"flow {flow} has no data-quality suites: nothing to check")
                 return {}
@@ -375,17 +404,6 @@ the log). Backfill with
             return run.counts()
 
         quality = data_quality(inputs)
-
-        @task(
-            # Also after a failed quality check (the report shows it); not when resolve_inputs,
-            # its other upstream, failed (bad params: nothing to report on).
-            trigger_rule=TriggerRule.ALL_DONE_MIN_ONE_SUCCESS,
-            doc_md="Write the day's HTML and JSON report (reads without Spark: no spark-submit).",
-        )
-        def write_report(resolved: dict[str, Any]) -> str:
-            return _write_report(flow, resolved["business_date"])
-
-        report = write_report(inputs)
 
         published = published_asset(flow)
 
@@ -397,21 +415,14 @@ the log). Backfill with
         def publish_summary(resolved: dict[str, Any]) -> dict[str, Any]:
             return _publish(published, resolved)
 
-        checked = check_raw_file(inputs)
-        branch = choose_path(inputs["path"], inputs["stage"])
-        after_load = anything_to_reconcile(inputs["reconcile"], inputs["stage"])
-        waiting = file_or_cut_off(inputs["waits_for_file"], inputs["stage"])
         cut_off = wait_for_cut_off(inputs)
-        inputs >> waiting >> [wait, cut_off]
+        inputs >> [wait, cut_off]
         cut_off >> close
-        wait >> checked >> branch
-        branch >> [load, correct]
-        [load, close] >> after_load >> [reconcile, quality]
-        reconcile >> quality
-        correct >> quality
-        quality >> report
+        wait >> [load, correct]
+        [load, close] >> reconcile
+        [load, correct, close, reconcile] >> quality
         # Published only when no `fail` expectation failed.
-        [quality, report] >> publish_summary(inputs)
+        quality >> publish_summary(inputs)
     return dag
 
 

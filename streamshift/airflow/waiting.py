@@ -87,8 +87,12 @@ class CompleteFileSensor(BaseSensorOperator):
             self.log.info("%s: waiting for %s", self.filepath, missing)
         return not missing
 
+    def on_complete(self, context: Any) -> None:
+        """What runs once the file is complete, in the same task (nothing by default)."""
+
     def execute(self, context: Any) -> None:
         if self.poke(context):
+            self.on_complete(context)
             return
         completeness = self._completeness()
         self.defer(
@@ -108,3 +112,4 @@ class CompleteFileSensor(BaseSensorOperator):
         if not event:
             raise RuntimeError(f"{self.filepath} never became complete")
         self.log.info("%s is complete", event["file"])
+        self.on_complete(context)

@@ -11,6 +11,9 @@ LocalExecutor, the SimpleAuthManager with token auth — but as detached process
   repo), a JWT secret shared by the components kept beside it;
 * ``spark_default`` pointing at ``STREAMSHIFT_SPARK_MASTER`` (``local[*]`` by default) and
   ``fs_default`` at ``/`` for the file sensor, given as ``AIRFLOW_CONN_*`` variables;
+* the LocalExecutor as :class:`~streamshift.airflow.executor.PreloadingLocalExecutor`: its
+  workers fork with the Spark Connect client and Great Expectations imported, so a Spark task
+  does not import them itself;
 * ``.venv/bin`` first on PATH for what Airflow spawns (``spark-submit`` finds its Spark home
   through it), and ``SPARK_LOCAL_IP=127.0.0.1``.
 
@@ -137,7 +140,8 @@ def airflow_env(
             "AIRFLOW_HOME": str(home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"),
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            # LocalExecutor, its workers forked with the Spark tasks' imports done
+            "AIRFLOW__CORE__EXECUTOR": "streamshift.airflow.executor.PreloadingLocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": "4",
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",

@@ -120,6 +120,8 @@ def run(spark: SparkSession, request: JobRequest, settings: Settings | None = No
 
     settings = settings or load_settings()
     flow = get_flow(request.flow)  # type: ignore[attr-defined]
+    if getattr(request, "quality_run", None) or isinstance(request, QualityRequest):
+        _import_quality_beside()
     if isinstance(request, EodRequest):
         result = _eod(spark, settings, request)
         layer, file = request.layer, request.file
@@ -186,6 +188,27 @@ def _eod(spark: SparkSession, settings: Settings, request: EodRequest) -> Any:
     return run_eod(
         spark, target, request.business_date, request.file, replace=request.replace, closes=closes
     )
+
+
+def _import_quality_beside() -> None:
+    """Import Great Expectations on a side thread while the job's first steps run.
+
+    Its import is seconds of pure Python; the job's steps before the validation spend theirs
+    waiting for Spark, so a process that validates after writing does not pay both in turn.
+    The validation's own import waits for this one (Python's import lock), never repeats it."""
+    if "great_expectations" in sys.modules:
+        return
+    import threading
+
+    def load() -> None:
+        try:
+            import great_expectations  # noqa: F401
+
+            import streamshift.engine.validate  # noqa: F401
+        except Exception:  # noqa: BLE001, S110 - the validation's own import says what is wrong
+            pass
+
+    threading.Thread(target=load, name="import-great-expectations", daemon=True).start()
 
 
 def _quality(spark, settings, request, layer, file) -> str | None:  # type: ignore[no-untyped-def]
