@@ -611,7 +611,7 @@ class AirflowClient:
                 if line != last:
                     print(f"[airflow] {dag_id} {run_id}: {line}", file=sys.stderr, flush=True)
                     last = line
-            time.sleep(3)
+            time.sleep(1)
         raise AirflowError(f"{dag_id} run {run_id} did not finish within {timeout:.0f}s")
 
 
