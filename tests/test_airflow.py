@@ -321,6 +321,17 @@ def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stac
     after = [delta_log_version(spark, t) for t in (tables.view("positions"), tables.current)]
     assert after == before
 
+    # A task of a path the stage does not take, cleared by hand, stays skipped, as a branch's
+    # would: resolve_inputs recorded what it skipped. (Run, it would correct a stream layer
+    # that stage batch does not have.)
+    client.clear("eod_trades", "rest-day-again", "correct_stream_layer")
+    run = client.wait_for_run("eod_trades", "rest-day-again", timeout=300, progress=False)
+    states = client.task_states("eod_trades", "rest-day-again")
+    assert run["state"] == "success" and states["correct_stream_layer"] == "skipped", states
+    assert [delta_log_version(spark, t) for t in (tables.view("positions"), tables.current)] == (
+        before
+    )
+
     # A replacement of REST_DAY (a quarter of its trades gone: their cancels come from the
     # tables, so the job pins its input) whose load dies right after its k-th Delta commit;
     # while it waits for its retry the scheduler is killed -9 (as Airflow's own unhandled

@@ -15,13 +15,15 @@ import contextlib
 import datetime as dt
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.standard.utils.skipmixin import SkipMixin
 from airflow.sdk import (
     DAG,
     Asset,
+    BaseOperator,
     Param,
     PokeReturnValue,
     TriggerRule,
@@ -209,20 +211,35 @@ _PATHS = {
 }
 
 
-def _take_path(context: Any, resolved: dict[str, Any]) -> NoReturn:
-    """Skip the tasks of the paths the stage does not take (and ``reconcile`` when there is
-    nothing to reconcile against), as a branch task would, from ``resolve_inputs`` itself: one
-    scheduling round less per fork. Its outputs are pushed first, as its return would."""
-    from airflow.sdk.exceptions import DownstreamTasksSkipped
+class ResolveInputs(BaseOperator, SkipMixin):
+    """``resolve_inputs``: validate the params, find the file, read the stage, and skip the
+    tasks of the paths the stage does not take (and ``reconcile`` when there is nothing to
+    reconcile against), as a branch task would: one scheduling round less per fork. Its
+    outputs are pushed as a ``multiple_outputs`` task's are. What it skipped is recorded the
+    way a branch's is, so a skipped task that is cleared stays skipped."""
 
-    taken = set(_PATHS[resolved["path"]]) | ({"reconcile"} if resolved["reconcile"] else set())
-    skipped = sorted(({t for path in _PATHS.values() for t in path} | {"reconcile"}) - taken)
-    ti = context["ti"]
-    for key, value in resolved.items():
-        ti.xcom_push(key, value)
-    ti.xcom_push("return_value", resolved)
-    print(f"stage {resolved['stage']}: {resolved['path']}; skipped: {', '.join(skipped)}")
-    raise DownstreamTasksSkipped(tasks=skipped)
+    inherits_from_skipmixin = True
+
+    def __init__(self, *, flow: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.flow = flow
+
+    def execute(self, context: Any) -> None:
+        from streamshift.store.records import current_stage
+
+        s = _settings()
+        with _no_retry_on(T.InputError):
+            resolved = T.resolve_inputs(
+                s, self.flow, dict(context["params"]), _logical_day(), current_stage(s, self.flow)
+            )
+        taken = set(_PATHS[resolved["path"]]) | ({"reconcile"} if resolved["reconcile"] else set())
+        skipped = sorted(({t for path in _PATHS.values() for t in path} | {"reconcile"}) - taken)
+        ti = context["ti"]
+        for key, value in resolved.items():
+            ti.xcom_push(key, value)
+        ti.xcom_push("return_value", resolved)
+        print(f"stage {resolved['stage']}: {resolved['path']}; skipped: {', '.join(skipped)}")
+        self.skip(ti, [self.dag.get_task(t) for t in skipped])
 
 
 class EodFileSensor(CompleteFileSensor):
@@ -299,24 +316,12 @@ expectation fails the run naming it, once the report shows it; a `warn` one is r
 `airflow backfill create --dag-id eod_{flow} --from-date D1 --to-date D2`.
 """,
     ) as dag:
-
-        @task(
-            multiple_outputs=True,
+        inputs = ResolveInputs(
+            task_id="resolve_inputs",
+            flow=flow,
             doc_md="Validate the params, find the file, read the stage, and skip what the "
             "stage does not run (one task decides the path: no branch task per fork).",
-        )
-        def resolve_inputs() -> dict[str, Any]:
-            from streamshift.store.records import current_stage
-
-            context = get_current_context()
-            s = _settings()
-            with _no_retry_on(T.InputError):
-                resolved = T.resolve_inputs(
-                    s, flow, dict(context["params"]), _logical_day(), current_stage(s, flow)
-                )
-            _take_path(context, resolved)  # returns by skipping the paths not taken
-
-        inputs = resolve_inputs()
+        ).output
 
         wait = EodFileSensor(
             task_id="wait_for_eod_file",

@@ -516,6 +516,14 @@ class AirflowClient:
         )
         return detail
 
+    def clear(self, dag_id: str, run_id: str, *task_ids: str) -> dict[str, Any]:
+        """Clear tasks of a run, as the UI's Clear does (the run goes back to queued)."""
+        body = {"dry_run": False, "only_failed": False, "dag_run_id": run_id, "task_ids": task_ids}
+        cleared: dict[str, Any] = self._send(
+            "POST", f"/api/v2/dags/{dag_id}/clearTaskInstances", body
+        )
+        return cleared
+
     def set_run_state(self, dag_id: str, run_id: str, state: str) -> dict[str, Any]:
         """Mark a run ``success`` or ``failed``, as the UI's run page does."""
         run: dict[str, Any] = self._send("PATCH", self._run_path(dag_id, run_id), {"state": state})
