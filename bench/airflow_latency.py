@@ -20,7 +20,6 @@ import argparse
 import datetime as dt
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,15 +29,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _amend import amendment_file
+from engine_latency import DAY, timed_eod
 
 from flows.trades.generate import generate_day
 from streamshift.airflow.tasks import landing_dir
-from streamshift.engine.spark import submit_env
 from streamshift.local.airflow import LocalAirflow, airflow_env
 from streamshift.spec.settings import load_settings
 from streamshift.store.processes import free_port
 
-DAY = dt.date(2026, 11, 20)
 DAG = "eod_trades"
 
 
@@ -58,8 +56,7 @@ def _run(client: Any, conf: dict[str, str], run_id: str) -> Run:
     while (state := client.run(DAG, run_id)["state"]) not in ("success", "failed"):
         time.sleep(0.2)
     seconds = time.perf_counter() - started
-    path = f"{client._run_path(DAG, run_id)}/taskInstances?limit=100"
-    tasks = client.get(path)["task_instances"]
+    tasks = client.task_instances(DAG, run_id)
     if state != "success":
         states = {t["task_id"]: t["state"] for t in tasks}
         raise SystemExit(f"{run_id} failed: {states}")
@@ -101,18 +98,6 @@ def _idle_cpu(stack: LocalAirflow, seconds: float = 20) -> float:
     return (used() - before) / seconds
 
 
-def _cli_eod(home: Path, engine: str, file: Path) -> float:
-    env = submit_env(home)
-    env["STREAMSHIFT_ENGINE"] = engine
-    started = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "streamshift.cli", "eod", "--flow", "trades", "--date",
-         DAY.isoformat(), "--file", str(file)],
-        env=env, capture_output=True, check=True,
-    )  # fmt: skip
-    return time.perf_counter() - started
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trades", type=int, default=300, help="trades in the loaded day")
@@ -149,7 +134,7 @@ def main() -> int:
             timings.append(_run(client, conf, f"fix-{version}"))
             version += 1
             cli.append(
-                _cli_eod(
+                timed_eod(
                     settings.home,
                     settings.engine,
                     amendment_file(files.eod, version, work / f"cli-{version}.csv"),

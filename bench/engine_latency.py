@@ -36,7 +36,9 @@ DAY = dt.date(2026, 11, 20)
 CLI = [sys.executable, "-m", "streamshift.cli"]
 
 
-def _eod(home: Path, engine: str, file: Path) -> float:
+def timed_eod(home: Path, engine: str, file: Path) -> float:
+    """Seconds of one ``streamshift eod`` of ``file`` for DAY, as a new process, on the engine
+    at ``engine`` (empty: a local session); refuses a run that used the other."""
     env = submit_env(home)
     env["STREAMSHIFT_ENGINE"] = engine
     started = time.perf_counter()
@@ -72,15 +74,15 @@ def main() -> int:
     engine.start()
     try:
         files = generate_day(DAY, args.trades, work / "files", seed=7, progress=False)
-        _eod(home, url, files.eod)  # the day, and the engine's first job of this flow
-        _eod(home, url, amendment_file(files.eod, 50, work / "warm.csv"))
+        timed_eod(home, url, files.eod)  # the day, and the engine's first job of this flow
+        timed_eod(home, url, amendment_file(files.eod, 50, work / "warm.csv"))
         timings: dict[str, list[float]] = {"engine": [], "no engine": []}
         version = 100
         for i in range(args.repeat):
             for side, address in (("engine", url), ("no engine", "")):
                 version += 1
                 one = amendment_file(files.eod, version, work / f"fix-{version}.csv")
-                timings[side].append(_eod(home, address, one))
+                timings[side].append(timed_eod(home, address, one))
                 print(f"run {i + 1} {side}: {timings[side][-1]:.2f} s", file=sys.stderr, flush=True)
     finally:
         engine.stop()

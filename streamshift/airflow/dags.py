@@ -203,12 +203,15 @@ def _write_report(flow: str, business_date: str) -> str:
     return str(html_path)
 
 
-# The tasks of each path an EOD run can take; the run's first task skips the other paths'.
-_PATHS = {
-    "load_eod_file": ("wait_for_eod_file", "load_eod_file"),
-    "correct_stream_layer": ("wait_for_eod_file", "correct_stream_layer"),
-    "close_day": ("wait_for_cut_off", "close_day"),
-}
+# The tasks resolve_inputs chooses among: a wait, the Spark job that follows it, reconcile.
+_CHOSEN = (
+    "wait_for_eod_file",
+    "wait_for_cut_off",
+    "load_eod_file",
+    "correct_stream_layer",
+    "close_day",
+    "reconcile",
+)
 
 
 class ResolveInputs(BaseOperator, SkipMixin):
@@ -232,8 +235,9 @@ class ResolveInputs(BaseOperator, SkipMixin):
             resolved = T.resolve_inputs(
                 s, self.flow, dict(context["params"]), _logical_day(), current_stage(s, self.flow)
             )
-        taken = set(_PATHS[resolved["path"]]) | ({"reconcile"} if resolved["reconcile"] else set())
-        skipped = sorted(({t for path in _PATHS.values() for t in path} | {"reconcile"}) - taken)
+        wait = "wait_for_eod_file" if resolved["waits_for_file"] else "wait_for_cut_off"
+        taken = {wait, resolved["path"], *(["reconcile"] if resolved["reconcile"] else [])}
+        skipped = [t for t in _CHOSEN if t not in taken]
         ti = context["ti"]
         for key, value in resolved.items():
             ti.xcom_push(key, value)
@@ -316,7 +320,9 @@ expectation fails the run naming it, once the report shows it; a `warn` one is r
 `airflow backfill create --dag-id eod_{flow} --from-date D1 --to-date D2`.
 """,
     ) as dag:
-        inputs = ResolveInputs(
+        # Indexed by key (``inputs["file"]``), passed whole to the Python tasks: as the XCom
+        # of a ``multiple_outputs`` task, which the typing of ``.output`` does not describe.
+        inputs: Any = ResolveInputs(
             task_id="resolve_inputs",
             flow=flow,
             doc_md="Validate the params, find the file, read the stage, and skip what the "

@@ -25,17 +25,14 @@ PRELOADED = ("pyspark.sql.connect.session", "great_expectations")
 log = logging.getLogger(__name__)
 
 
-def preload(modules: tuple[str, ...] = PRELOADED) -> list[str]:
-    """Import ``modules``; the names of those that could not be (a task imports them itself,
-    and says why if it needs them)."""
-    missing = []
+def preload(modules: tuple[str, ...] = PRELOADED) -> None:
+    """Import ``modules``; one that cannot be is logged and left to the tasks (which import it
+    themselves, and say why if they need it)."""
     for name in modules:
         try:
             importlib.import_module(name)
         except Exception as exc:  # noqa: BLE001 - a preload never stops the scheduler
             log.warning("could not preload %s for the tasks (%s)", name, exc)
-            missing.append(name)
-    return missing
 
 
 class PreloadingLocalExecutor(LocalExecutor):

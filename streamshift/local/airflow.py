@@ -562,9 +562,14 @@ class AirflowClient:
                 lines.append(f"{error.get('exc_type')}: {error.get('exc_value')}")
         return "\n".join(lines)
 
-    def task_states(self, dag_id: str, run_id: str) -> dict[str, str | None]:
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        """The run's task instances (state, start and end dates, ...)."""
         body = self.get(f"{self._run_path(dag_id, run_id)}/taskInstances?limit=100")
-        return {t["task_id"]: t["state"] for t in body["task_instances"]}
+        instances: list[dict[str, Any]] = body["task_instances"]
+        return instances
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str | None]:
+        return {t["task_id"]: t["state"] for t in self.task_instances(dag_id, run_id)}
 
     def wait_for_dag(self, dag_id: str, timeout: float = 180) -> None:
         """Wait until the DAG processor has parsed ``dag_id``."""

@@ -120,7 +120,7 @@ def run(spark: SparkSession, request: JobRequest, settings: Settings | None = No
 
     settings = settings or load_settings()
     flow = get_flow(request.flow)  # type: ignore[attr-defined]
-    if getattr(request, "quality_run", None) or isinstance(request, QualityRequest):
+    if _validates(request):
         _import_quality_beside()
     if isinstance(request, EodRequest):
         result = _eod(spark, settings, request)
@@ -188,6 +188,15 @@ def _eod(spark: SparkSession, settings: Settings, request: EodRequest) -> Any:
     return run_eod(
         spark, target, request.business_date, request.file, replace=request.replace, closes=closes
     )
+
+
+def _validates(request: JobRequest) -> bool:
+    """Whether the job runs the flow's data-quality suites (a quality request, or a write whose
+    request names a quality run, of a flow that has suites)."""
+    from streamshift.store.quality import datasets
+
+    asked = isinstance(request, QualityRequest) or getattr(request, "quality_run", None)
+    return bool(asked) and bool(datasets(request.flow))  # type: ignore[attr-defined]
 
 
 def _import_quality_beside() -> None:
