@@ -28,13 +28,16 @@ def amendment(row: Any, source_ref: str) -> tuple[str, ...]:
 
 
 def amendment_file(day_file: Path, version: int, out: Path) -> Path:
-    """The day's first trade at ``version``, quantity changed: a one-row EOD file."""
+    """The day's first trade at ``version``, its quantity the original plus ``version`` (each
+    version moves the trade's position, so its view changes too): a one-row EOD file."""
     with day_file.open(newline="") as f:
         reader = csv.DictReader(f)
         row = next(reader)
         fields = reader.fieldnames
     assert fields is not None
-    row.update(version=str(version), event_type="AMEND", quantity=str(int(row["quantity"]) + 1))
+    row.update(
+        version=str(version), event_type="AMEND", quantity=str(int(row["quantity"]) + version)
+    )
     with out.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
