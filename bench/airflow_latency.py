@@ -3,13 +3,14 @@
 Starts the local stack (Airflow 3: API server, scheduler, DAG processor, triggerer; the warm
 engine) in a fresh home, loads a generated day of ``--trades`` trades through one ``eod_trades``
 run, then ``--repeat`` times triggers a run whose file is a one-row EOD file amending one trade
-(a new version each time, so every run applies a change) and times it from the POST to the run's
-``success``, polled every 0.2 s. The file is complete on arrival (``file_stable_seconds`` 0, as
-for a flow with a done-marker). Data quality, the report and the published summary are in the
-run. Prints each run's wall time, their median (goal: <= 20 s), and, for the median run, each
-task's wait (scheduled → started) and its run time, so the scheduler's share and the jobs'
-share are seen apart. The median of the same correction as ``streamshift eod`` on the same
-engine in the same run is the floor (the job with no orchestration).
+(a new version and quantity each time, so every run moves current state and the trade's
+position) and times it from the POST to the run's ``success``, polled every 0.2 s. The file is
+complete on arrival (``file_stable_seconds`` 0, as for a flow with a done-marker). Data
+quality, the report and the published summary are in the run. Prints each run's wall time,
+their median (goal: <= 20 s), and, for the median run, each task's wait (scheduled → started)
+and its run time, so the scheduler's share and the jobs' share are seen apart. The median of
+the same correction as ``streamshift eod`` on the same engine in the same run is the floor
+(the job with no orchestration).
 
 Run: .venv/bin/python bench/airflow_latency.py [--trades 300] [--repeat 3]
 """
