@@ -8,9 +8,11 @@ every run changes current state and the trade's position): once with ``STREAMSHI
 naming the engine, once with it empty (a local Spark session: a JVM start and a cold JIT per
 command). Each file is complete when the command starts (``file_stable_seconds`` 0, as with a
 done-marker: no wait for the file to settle). Prints each side's median wall time from
-process start to exit and engine ÷ no engine (goals: engine <= 5 s, ratio <= 0.25).
+process start to exit and engine ÷ no engine (goals: engine <= 5 s, ratio <= 0.25). Then runs
+``--steps`` more corrections in its own process on the engine and prints the fastest one's
+steps, where the job's time goes without a process start.
 
-Run: .venv/bin/python bench/engine_latency.py [--trades 300] [--repeat 3] [--warmup 3]
+Run: .venv/bin/python bench/engine_latency.py [--trades 300] [--repeat 3] [--warmup 3] [--steps 3]
 """
 
 from __future__ import annotations
@@ -71,6 +73,12 @@ def main() -> int:
     parser.add_argument(
         "--warmup", type=int, default=3, help="untimed corrections on the engine first"
     )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=3,
+        help="then this many corrections in this process on the engine, timed step by step",
+    )
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
@@ -93,6 +101,7 @@ def main() -> int:
                 one = amendment_file(files.eod, version, work / f"fix-{version}.csv")
                 timings[side].append(timed_eod(home, address, one))
                 print(f"run {i + 1} {side}: {timings[side][-1]:.2f} s", file=sys.stderr, flush=True)
+        steps = in_process(home, url, files.eod, work, args.steps) if args.steps else None
     finally:
         engine.stop()
     warm = statistics.median(timings["engine"])
@@ -103,7 +112,46 @@ def main() -> int:
     print(f"  engine up:  {warm:6.2f} s")
     print(f"  no engine:  {cold:6.2f} s")
     print(f"  engine / no engine: {warm / cold:.2f}")
+    if steps:
+        total, eod_steps = steps
+        print(
+            f"inside the job, in one process on the engine (fastest of {args.steps}): {total:.2f} s"
+        )
+        for name, seconds in eod_steps.items():
+            print(f"  {name:<28} {seconds:5.2f} s")
+        print("  (history's MERGE and other side steps run beside the others)")
     return 0
+
+
+def in_process(
+    home: Path, url: str, day_file: Path, work: Path, runs: int
+) -> tuple[float, dict[str, float]]:
+    """The same correction ``runs`` times through ``run(spark, request)`` in this process, on the
+    engine: the fastest run's total and its steps (the write path's own, and the job's around
+    it). The process's start, imports and Connect session are not in these figures."""
+    from streamshift.engine.jobs.requests import run
+    from streamshift.engine.spark import connect_session
+    from streamshift.spec.requests import EodRequest
+
+    settings = load_settings({}, home=home, engine=url)
+    spark = connect_session(url)
+    try:
+        best: tuple[float, dict[str, float]] | None = None
+        for version in range(200, 200 + runs):
+            file = amendment_file(day_file, version, work / f"step-{version}.csv")
+            started = time.perf_counter()
+            done = run(spark, EodRequest("trades", DAY, file), settings)
+            total = time.perf_counter() - started
+            apply = done.result.apply.seconds_by_step
+            steps = {"the rest (file, run record, close)": total - done.result.apply.seconds}
+            steps |= {"apply, in all": done.result.apply.seconds}
+            steps |= {f"apply: {k}": v for k, v in apply.items()}
+            if best is None or total < best[0]:
+                best = (total, steps)
+        assert best is not None
+        return best
+    finally:
+        spark.stop()
 
 
 if __name__ == "__main__":

@@ -130,6 +130,7 @@ class ApplyResult:
     touched_groups: dict[str, int] = field(default_factory=dict)
     rejected_by_rule: dict[str, int] = field(default_factory=dict)
     seconds_by_step: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0  # the apply's wall time, side steps and retries included
     views_committed_at: float | None = None  # wall clock when the views showed the changes
     spark_jobs: int | None = None  # Spark jobs the micro-batch ran (streaming only)
     # What the views were recomputed from: "table" (current state as stored), "batch" (a new
@@ -205,11 +206,14 @@ def apply_changes(
     """
     conflicts = _conflicts()
     attempts = _Attempts(before_writes=[before_writes] if before_writes else [])
+    started = time.perf_counter()
     for attempt in range(1, COMMIT_ATTEMPTS + 1):
         try:
-            return _apply_once(
+            result = _apply_once(
                 flow, changes, source, target, batch_id, closing_date, on_step, attempts
             )
+            result.seconds = time.perf_counter() - started
+            return result
         except conflicts as exc:
             if attempt == COMMIT_ATTEMPTS:
                 raise WriteConflictError(
