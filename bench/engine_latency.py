@@ -117,8 +117,9 @@ def main() -> int:
         print(
             f"inside the job, in one process on the engine (fastest of {args.steps}): {total:.2f} s"
         )
+        width = max(map(len, eod_steps))
         for name, seconds in eod_steps.items():
-            print(f"  {name:<28} {seconds:5.2f} s")
+            print(f"  {name:<{width}} {seconds:5.2f} s")
         print("  (history's MERGE and other side steps run beside the others)")
     return 0
 
