@@ -16,7 +16,12 @@ import pytest
 
 from flows.trades import FLOW
 from streamshift.spec.flow import Completeness
-from streamshift.store.eodfile import IncompleteFileError, wait_until_complete, waiting_for
+from streamshift.store.eodfile import (
+    IncompleteFileError,
+    settles_in,
+    wait_until_complete,
+    waiting_for,
+)
 from tests.cli_support import run_cli
 
 DAY = dt.date(2026, 11, 20)
@@ -165,3 +170,42 @@ def test_the_eod_dags_trigger_fires_only_once_the_file_is_complete(tmp_path) -> 
     assert first_event(5).payload == {"file": str(path)}
     classpath, kwargs = trigger.serialize()
     assert CompleteFileTrigger(**kwargs).serialize() == (classpath, kwargs)
+
+
+def test_a_file_that_only_has_to_settle_is_taken_when_its_window_ends(tmp_path) -> None:
+    """A file that has arrived whole, waited for by its size staying the same: the trigger
+    fires when the stability window ends, not at its next poll; the sensor waits out a window
+    shorter than a poll in the task instead of deferring, and defers for a missing file."""
+    import asyncio
+
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from streamshift.airflow.waiting import CompleteFileSensor, CompleteFileTrigger
+
+    path = _write(tmp_path / "day.csv", _rows(3))
+    assert settles_in(tmp_path / "absent.csv", FLOW.completeness, 3) is None
+    assert settles_in(path, MARKED.completeness, 3) is None  # a marker, not time, completes it
+    assert 2 < settles_in(path, FLOW.completeness, 3) <= 3  # type: ignore[operator]
+    old = time.time() - 120
+    os.utime(path, (old, old))
+    assert settles_in(path, FLOW.completeness, 3) == 0
+
+    # The trigger polls every 60 s; the file completes its 1-s window long before that.
+    os.utime(path)
+    trigger = CompleteFileTrigger(str(path), 1, poke_interval=60)
+    started = time.time()
+    event = asyncio.run(asyncio.wait_for(anext(trigger.run()), 30))
+    assert event.payload == {"file": str(path)}
+    assert time.time() - path.stat().st_mtime >= 1  # not before the window ended
+
+    def sensor(file: Path) -> CompleteFileSensor:
+        return CompleteFileSensor(
+            task_id="wait", filepath=str(file), flow=FLOW.name, stable_seconds=1
+        )
+
+    os.utime(path)
+    sensor(path).execute({})  # returns: complete, with no deferral
+    assert time.time() - path.stat().st_mtime >= 1
+    with pytest.raises(TaskDeferred):
+        sensor(tmp_path / "absent.csv").execute({})
+    assert time.time() - started < 60  # neither waited for a poll

@@ -3,13 +3,17 @@ arrived *and* is complete as its flow declares — a done-marker, a trailer line
 stopped changing — so a half-copied file is never loaded.
 
 The trigger runs in Airflow's triggerer and asks :func:`streamshift.store.eodfile.waiting_for`
-(pure Python, no pyspark) every ``poke_interval`` seconds.
+(pure Python, no pyspark) every ``poke_interval`` seconds, or sooner when a file that has
+arrived completes its stability window before then. A file that has arrived and only has to
+settle for less than a poll is waited for in the task itself: deferring, the trigger's first
+poll and the task's resumption would cost more than the wait.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +22,11 @@ from airflow.sdk import BaseSensorOperator
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from streamshift.spec.flow import Completeness
+
+# The trigger polls at most this far apart; a file due to settle within it is awaited in place.
+POLL_SECONDS = 5.0
+# Past the end of a stability window, so the next look finds the file complete.
+_SETTLED_MARGIN = 0.05
 
 
 class CompleteFileTrigger(BaseTrigger):
@@ -30,7 +39,7 @@ class CompleteFileTrigger(BaseTrigger):
         marker: bool = False,
         trailer: str | None = None,
         trailer_sum: str | None = None,
-        poke_interval: float = 5.0,
+        poke_interval: float = POLL_SECONDS,
     ):
         super().__init__()
         self.path, self.stable_seconds, self.poke_interval = path, stable_seconds, poke_interval
@@ -50,18 +59,20 @@ class CompleteFileTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from streamshift.store.eodfile import waiting_for
+        from streamshift.store.eodfile import settles_in, waiting_for
 
-        last = None
+        path, last = Path(self.path), None
         while True:
-            missing = waiting_for(Path(self.path), self.completeness, self.stable_seconds)
+            missing = waiting_for(path, self.completeness, self.stable_seconds)
             if not missing:
                 yield TriggerEvent({"file": self.path})
                 return
             if missing != last:
                 self.log.info("%s: waiting for %s", self.path, missing)
                 last = missing
-            await asyncio.sleep(self.poke_interval)
+            left = settles_in(path, self.completeness, self.stable_seconds)
+            pause = self.poke_interval if left is None else left + _SETTLED_MARGIN
+            await asyncio.sleep(min(self.poke_interval, pause))
 
 
 class CompleteFileSensor(BaseSensorOperator):
@@ -91,10 +102,19 @@ class CompleteFileSensor(BaseSensorOperator):
         """What runs once the file is complete, in the same task (nothing by default)."""
 
     def execute(self, context: Any) -> None:
+        from streamshift.store.eodfile import settles_in
+
         if self.poke(context):
             self.on_complete(context)
             return
         completeness = self._completeness()
+        left = settles_in(Path(self.filepath), completeness, self.stable_seconds)
+        if left is not None and left <= POLL_SECONDS:
+            self.log.info("%s: waiting %.1fs here for it to settle", self.filepath, left)
+            time.sleep(left + _SETTLED_MARGIN)
+            if self.poke(context):
+                self.on_complete(context)
+                return
         self.defer(
             timeout=dt.timedelta(seconds=self.timeout),
             trigger=CompleteFileTrigger(
@@ -103,7 +123,7 @@ class CompleteFileSensor(BaseSensorOperator):
                 marker=completeness.marker,
                 trailer=completeness.trailer,
                 trailer_sum=completeness.trailer_sum,
-                poke_interval=min(float(self.poke_interval), 5.0),
+                poke_interval=min(float(self.poke_interval), POLL_SECONDS),
             ),
             method_name="execute_complete",
         )

@@ -172,6 +172,18 @@ def waiting_for(
     return ""
 
 
+def settles_in(
+    path: Path, completeness: Completeness, stable_seconds: float, now: float | None = None
+) -> float | None:
+    """Seconds until ``path``, if it does not change meanwhile, counts as complete by its size
+    staying the same (0: it does now); ``None`` when that is not what it waits for (it has not
+    arrived, or its flow declares a done-marker or a trailer, which no wait brings)."""
+    if completeness.marker or completeness.trailer or not path.exists():
+        return None
+    age = (time.time() if now is None else now) - path.stat().st_mtime
+    return max(0.0, stable_seconds - age)
+
+
 def wait_until_complete(
     path: Path,
     flow: Flow,
