@@ -798,7 +798,11 @@ def build_parser() -> argparse.ArgumentParser:
         "Data goes under STREAMSHIFT_HOME/demo (emptied first); bin/demo runs it.",
     )
     p.add_argument("--flow", required=True, help="the flow to walk (it needs a generator)")
-    p.add_argument("--rows", type=int, default=20_000, help="rows in the first generated day")
+    from streamshift.local.demo import DEMO_ROWS
+
+    p.add_argument(
+        "--rows", type=int, default=DEMO_ROWS, help="rows in the first generated day (%(default)s)"
+    )
     p.set_defaults(handler=_cmd_demo)
 
     p = sub.add_parser(

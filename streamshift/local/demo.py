@@ -38,9 +38,9 @@ from typing import Any
 
 from streamshift.spec.settings import Settings
 
-DEMO_ROWS = 20_000
+DEMO_ROWS = 5_000
 LATER_DAY_ROWS = 1_500
-DEMO_WINDOW = 3  # promotion window for the demo (the default setting is 5)
+DEMO_WINDOW = 2  # promotion window for the demo (the default setting is 5)
 
 
 def _say(message: str) -> None:
@@ -63,8 +63,8 @@ class DemoDays:
 
     batch: dt.date  # loaded in stage batch
     first_shadow: dt.date  # the first shadow day, streamed as it happens
-    shadow: tuple[dt.date, ...]  # then four more shadow days, one with a gap in the stream
-    stream: tuple[dt.date, ...]  # three in stage stream: the evidence for kappa
+    shadow: tuple[dt.date, ...]  # then three more shadow days, the first with a gap in the stream
+    stream: tuple[dt.date, ...]  # two in stage stream: the evidence for kappa
     kappa: dt.date
 
     @classmethod
@@ -72,12 +72,12 @@ class DemoDays:
         """``cut_off_at(date)``: when the date closes (UTC); ``now``: an aware datetime."""
         days: list[dt.date] = []
         d = now.astimezone(dt.UTC).date()
-        while len(days) < 10:  # newest first: business days, the newest one already closable
+        while len(days) < 8:  # newest first: business days, the newest one already closable
             if d.weekday() < 5 and (days or cut_off_at(d) <= now):
                 days.append(d)
             d -= dt.timedelta(days=1)
         days.reverse()
-        return cls(days[0], days[1], tuple(days[2:6]), tuple(days[6:9]), days[9])
+        return cls(days[0], days[1], tuple(days[2:5]), tuple(days[5:7]), days[7])
 
 
 def run_demo(settings: Settings, flow: str, rows: int = DEMO_ROWS) -> int:
@@ -200,11 +200,12 @@ class _Demo:
         )
 
     def streamed_day(self, day: dt.date, rows) -> dict:  # type: ignore[no-untyped-def, type-arg]
-        """A day as it happens (``rows`` on Kafka, the stream caught up), then its EOD run
-        over the day's whole file."""
+        """A day as it happens (``rows`` on Kafka); at its end the day's whole file lands while
+        the stream catches up; then its EOD run."""
         self.produce(rows)
+        file = self.land(day, "demo_eod.csv", self.files[day].eod)
         self.caught_up()
-        return self.eod_run(day, self.land(day, "demo_eod.csv", self.files[day].eod))
+        return self.eod_run(day, file)
 
     def land(self, day: dt.date, name: str, *paths) -> str:  # type: ignore[no-untyped-def]
         """Put the files (rows concatenated under one header) in the landing folder as ``name``;
@@ -450,15 +451,13 @@ class _Demo:
         _say("the rest of the corrections and the poison rows, on Kafka")
         self.produce(read_rows(files.corrections, flow))
         self.produce(read_rows(files.poison, flow))
+        landed = self.land(first, "demo_eod.csv", files.eod, files.corrections, files.poison)
         self.caught_up()
         _say(
             f"end of {first}: the EOD files land; {self.dag_id} loads the batch layer and "
             "reconciles stream vs batch (Airflow)"
         )
-        self.eod_run(
-            first,
-            self.land(first, "demo_eod.csv", files.eod, files.corrections, files.poison),
-        )
+        self.eod_run(first, landed)
 
         days = self.days.shadow
         gap_day = days[0]
@@ -469,7 +468,7 @@ class _Demo:
                 f"stage shadow, {day}: the day on Kafka, then the EOD load and reconciliation{gap}"
             )
             self.streamed_day(day, rows[3:] if day == gap_day else rows)
-            if day in (days[1], days[3]):  # days[1]: the gap is among the last 3 dates
+            if day != gap_day:  # first with the gap in the window (refused), then without it
                 _say(f"promote to stream? (needs the last {DEMO_WINDOW} reconciled dates clean)")
                 if self.promote("stream"):
                     break
