@@ -245,16 +245,19 @@ def test_two_writers_carrying_the_same_versions_at_once_store_each_version_once(
     assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (4 + 100 + 3 * 100, 5)}
 
 
+@pytest.mark.parametrize("large", [False, True], ids=["small", "large"])
 def test_a_new_days_views_come_from_the_batch_unless_another_writer_commits_meanwhile(  # type: ignore[no-untyped-def]
-    spark, target, monkeypatch
+    spark, target, monkeypatch, large
 ) -> None:
-    """A large batch into a date current state never held recomputes its views from the rows
-    the apply holds, not from the files it just wrote. Should another writer commit to current
+    """A batch into a date current state never held recomputes its views from the rows the
+    apply holds, not from the files it just wrote. Should another writer commit to current
     state before those views are in (its own views may land first), the groups are recomputed
-    from the table, so the view ends as a full recompute of current state says."""
+    from the table, so the view ends as a full recompute of current state says. Both paths: a
+    large day's file, and a small one (a few thousand rows), which looks its keys up first."""
     from streamshift.engine.write import apply as apply_module
 
-    monkeypatch.setattr(apply_module, "PRUNE_KEYS_BELOW", 0)  # the path of a day's file
+    if large:
+        monkeypatch.setattr(apply_module, "PRUNE_KEYS_BELOW", 0)  # the path of a large file
     merges: list[str] = []
     real_merge_view = apply_module._merge_view
 
@@ -307,7 +310,8 @@ def test_a_new_days_views_come_from_the_batch_unless_another_writer_commits_mean
     # the date empty and before its current-state MERGE, which still inserts every key of the
     # batch. The log's version says another commit came between: views from the table.
     D3 = "2026-11-21"
-    real_touched = apply_module._touched_groups
+    looks_up = "_touched_groups" if large else "_history_of"  # after the date is seen empty
+    real_touched = getattr(apply_module, looks_up)
     stream_added: list[bool] = []
 
     def interfering_touched(*args):  # type: ignore[no-untyped-def]
@@ -318,7 +322,7 @@ def test_a_new_days_views_come_from_the_batch_unless_another_writer_commits_mean
         return real_touched(*args)
 
     monkeypatch.setattr(apply_module, "_merge_view", real_merge_view)
-    monkeypatch.setattr(apply_module, "_touched_groups", interfering_touched)
+    monkeypatch.setattr(apply_module, looks_up, interfering_touched)
     day3 = [trade(f"w{i}", 1, date=D3, quantity=1 + i) for i in range(4)]
     third = apply_changes(FLOW, frame(spark, day3), "eod", target)
     assert (third.applied, third.views_from) == (4, "table")

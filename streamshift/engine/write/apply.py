@@ -444,7 +444,10 @@ def _apply_accepted(
             )
         steps.timer.lap("keys")
 
-        version_before, dates_were_empty = -1, False
+        # Current state's log version, taken before its dates are seen empty: later it tells
+        # whether this apply's commit was the only one since (the views' shortcut).
+        version_before = delta_log_version(spark, tables.current)
+        dates_were_empty = target.current_bytes(incoming_dates) == 0
         if small:
             known = steps.run("touched", _history_of, spark, flow, tables, keys, group_columns)
 
@@ -475,10 +478,6 @@ def _apply_accepted(
                 steps.submit("history", _insert_history, spark, flow, versions, tables, new)
             touched = {tuple(r[c] for c in group_columns) for r in [*known, *incoming]}
         else:
-            # Current state's log version, taken before its dates are seen empty: later it
-            # tells whether this apply's commit was the only one since (the views' shortcut).
-            version_before = delta_log_version(spark, tables.current)
-            dates_were_empty = target.current_bytes(incoming_dates) == 0
             steps.submit(
                 "history",
                 _merge_history,
@@ -544,12 +543,12 @@ def _apply_accepted(
         touched_dates = sorted({g[date_at] for g in touched} | set(incoming_dates))
         date_filter = sql.col(bd, "t").isin(touched_dates)
 
-        # A large batch for dates current state never held (a new day's EOD file): nothing
-        # can match, so an insert-only MERGE does it (one anti-join, no source materialisation,
-        # no rewrite); should another writer have added some of the keys meanwhile, the full
+        # A batch for dates current state never held (a new day's EOD file): nothing can
+        # match, so an insert-only MERGE does it (one anti-join, no source materialisation, no
+        # rewrite); should another writer have added some of the keys meanwhile, the full
         # MERGE follows for them.
         seen_empty_at = None
-        if not small and dates_were_empty and set(touched_dates) == set(incoming_dates):
+        if dates_were_empty and set(touched_dates) == set(incoming_dates):
             seen_empty_at = version_before
         inserted_only = steps.run(
             "current",
