@@ -13,7 +13,9 @@ trace lists it. The measures:
 * ``resend``: the same batch plus a tenth as many copies of versions the day holds, sent again
   (a producer's retry, a desk re-sending): the base drops them unrecorded;
 * ``replace``: that day replaced by a file lacking ``--rows`` of its trades (``run_eod``
-  with ``replace=True``: cancels, journal, apply).
+  with ``replace=True``: cancels, journal, apply);
+* ``load``: the next day's EOD file, ``--trades`` new trades, into a date current state never
+  held (``run_eod``).
 
 Each side runs in its own process (its own Spark session) against the same files, one warm-up
 then ``--repeat`` timed runs per measure; the sides alternate ``--rounds`` times and the script
@@ -39,7 +41,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = "afb2e0c"  # the write path before the integrity work
-MEASURES = ("apply", "resend", "replace")
+MEASURES = ("apply", "resend", "replace", "load")
 
 
 def side(code: str, work: Path, trades: int, rows: int, repeat: int) -> dict[str, list[float]]:
@@ -70,9 +72,10 @@ def side(code: str, work: Path, trades: int, rows: int, repeat: int) -> dict[str
     reference = load_reference(spark, FLOW)
     header = [f.name for f in FLOW.schema.fields]
 
-    def trade(i: int, version: int, quantity: int) -> list[str]:
+    def trade(i: int, version: int, quantity: int, on: dt.date = day) -> list[str]:
         event = "NEW" if version == 1 else "AMEND"
-        return [f"T{i:07}", str(version), event, str(day), f"{day}T10:00:00Z", "EQ-US-FLOW"] + [
+        return [f"T{on:%m%d}-{i:07}", str(version), event, str(on), f"{on}T10:00:00Z"] + [
+            "EQ-US-FLOW",
             "AAPL",
             "BUY",
             str(quantity),
@@ -92,6 +95,8 @@ def side(code: str, work: Path, trades: int, rows: int, repeat: int) -> dict[str
     full = [trade(i, 1, 100) for i in range(trades)]
     day_file = write(work / "day.csv", full)
     replacement = write(work / "replacement.csv", full[rows:])
+    next_day = day + dt.timedelta(days=1)
+    next_file = write(work / "next.csv", [trade(i, 1, 100, next_day) for i in range(trades)])
     base_root = work / "base"
     run_eod(
         spark, Target(spark, FLOW, LayerTables(base_root, FLOW, "batch"), reference), day, day_file
@@ -112,8 +117,10 @@ def side(code: str, work: Path, trades: int, rows: int, repeat: int) -> dict[str
                         for i in range(rows, rows + max(1, rows // 10))
                     ]
                 apply_changes(FLOW, spark.createDataFrame(amended, raw_schema(FLOW)), "b", target)
-            else:
+            elif measure == "replace":
                 run_eod(spark, target, day, replacement, replace=True)
+            else:
+                run_eod(spark, target, next_day, next_file)
             if n:  # the first round warms up
                 times[measure].append(time.perf_counter() - started)
             shutil.rmtree(root)
