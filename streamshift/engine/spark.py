@@ -171,6 +171,16 @@ def is_connect(spark: SparkSession) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+# What PySpark's builder sets in a process it makes a Spark Connect client.
+CONNECT_CLIENT_VARIABLES = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+
+
+def without_connect_client(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without what marks a Spark Connect client: the environment of a child
+    process that starts a Spark session of its own (a stream) from a client of the engine."""
+    return {k: v for k, v in environ.items() if k not in CONNECT_CLIENT_VARIABLES}
+
+
 def connect_session(url: str, *, whole_process: bool = True) -> SparkSession:
     """A Spark Connect session to the engine at ``url``.
 

@@ -328,12 +328,21 @@ class LocalAirflow:
 
     def up(self, timeout: float = 300, progress: bool = True) -> AirflowStatus:
         """Start whatever is not running, wait until the API answers; idempotent."""
+        from concurrent.futures import ThreadPoolExecutor
 
         def say(message: str) -> None:
             if progress:
                 print(f"[airflow] {message}", file=sys.stderr, flush=True)
 
-        self._engine_up(say)
+        # The engine's JVM starts while Airflow's database is prepared and its components start.
+        with ThreadPoolExecutor(max_workers=1) as engine:
+            started = engine.submit(self._engine_up, say)
+            status = self._start_airflow(say, timeout)
+            started.result()
+        return status
+
+    def _start_airflow(self, say, timeout: float) -> AirflowStatus:  # type: ignore[no-untyped-def]
+        """Airflow's part of :meth:`up`: its database, its pool, its components."""
         status = self.status()
         if status.up:
             return status

@@ -99,13 +99,17 @@ def run_demo(settings: Settings, flow: str, rows: int = DEMO_ROWS) -> int:
     _say("starting the local Airflow 3 (the EOD side of the demo runs as DAG runs)")
     airflow.up()
     print(f"Airflow UI: {airflow.url}  login: {USER} / {password(settings)}  (look while it runs)")
+    spark = None
     try:
-        spark = get_spark(settings, app_name="streamshift-demo")
+        # The demo's own reads run on the warm engine Airflow's tasks use: no third JVM.
+        spark = get_spark(settings, app_name="streamshift-demo", engine=True)
         demo = _Demo(spark, settings, flow, rows, airflow)
         demo.batch_stage()
         demo.with_stream(demo.shadow_stream_and_kappa_stages)
         demo.closing_words()
     finally:
+        if spark is not None:
+            spark.stop()  # its session ends before the engine does
         _say("stopping the local Airflow")
         airflow.down()
     return 0
@@ -363,10 +367,13 @@ class _Demo:
                 print("Kafka broker stopped")
 
     def start_stream_job(self) -> None:
+        from streamshift.engine.spark import without_connect_client
+
         log, flow = self.log, self.flow.name
         log.parent.mkdir(parents=True, exist_ok=True)
         env = {
-            **os.environ,
+            # The stream is an application of its own (a local session), not an engine client.
+            **without_connect_client(os.environ),
             "STREAMSHIFT_HOME": str(self.settings.home),
             "STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS": self.settings.kafka_bootstrap_servers,
         }
