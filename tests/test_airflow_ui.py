@@ -150,6 +150,13 @@ def _wait(driver, seconds: float, poll: float = 0.5) -> WebDriverWait:  # type: 
     )
 
 
+def _page_text(driver) -> str:  # type: ignore[no-untyped-def]
+    """The page's text, read in the page: no element reference to go stale while React
+    re-renders (Chrome then answers "Node with given id does not belong to the document", a
+    WebDriverException that no wait ignores)."""
+    return str(driver.execute_script("return document.body ? document.body.innerText : ''"))
+
+
 def _login(driver, airflow: LocalAirflow, then: str, user: str = USER) -> WebDriverWait:  # type: ignore[no-untyped-def]
     """Sign in as ``user`` through Airflow's login form, which then opens the UI's page
     ``then`` (whoever was signed in before is signed out first)."""
@@ -297,12 +304,7 @@ def test_migration_page_in_the_browser_shows_the_tables_and_promotes_through_the
     # The approver signs in, reads the request and its evidence, and approves it.
     path = urllib.parse.urlparse(link).path
     wait = _login(browser, airflow, path, user=APPROVER)
-    wait.until(
-        lambda d: (
-            f"Promote {FLOW.name} from shadow to stream?"
-            in d.find_element(By.TAG_NAME, "body").text
-        )
-    )
+    wait.until(lambda d: f"Promote {FLOW.name} from shadow to stream?" in _page_text(d))
     approve = wait.until(
         EC.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Approve']"))
     )
@@ -381,7 +383,7 @@ def test_the_assets_page_lists_what_each_flows_eod_publishes(
         ]
     wait = _login(browser, LocalAirflow(settings), "/assets")
     names = [f"{flow}_eod_published" for flow in flow_names()]
-    wait.until(lambda d: all(n in d.find_element(By.TAG_NAME, "body").text for n in names))
+    wait.until(lambda d: all(n in _page_text(d) for n in names))
     shot = tmp_path / "assets-page.png"
     browser.save_screenshot(str(shot))
     print(f"screenshot of the Assets page: {shot}")
@@ -413,7 +415,7 @@ def test_the_trigger_form_starts_a_run_with_the_params_typed_in(
     submit = browser.find_element(By.CSS_SELECTOR, "[data-testid=trigger-dag-submit]")
     submit.click()
     refusal = "Invalid input for param file: '../../etc/passwd' does not match"
-    wait.until(lambda d: refusal in d.find_element(By.TAG_NAME, "body").text)
+    wait.until(lambda d: refusal in _page_text(d))
     assert set(manual_runs()) == before  # nothing started
 
     # The refusal's toast lies over the button while the pointer rests there.
@@ -478,7 +480,7 @@ def test_the_backfill_form_starts_one_run_per_business_day_of_the_range(
         )
         browser.switch_to.active_element.send_keys(day.strftime("%Y/%m/%d"), Keys.ESCAPE)
     # The form's dry run counts the scheduled days in the range.
-    wait.until(lambda d: "2 runs will be triggered." in d.find_element(By.TAG_NAME, "body").text)
+    wait.until(lambda d: "2 runs will be triggered." in _page_text(d))
     shot = tmp_path / "backfill-form.png"
     browser.save_screenshot(str(shot))
     print(f"screenshot of the Backfill form: {shot}")
