@@ -166,10 +166,15 @@ def waiting_for(
         except BadFileError:
             return ""  # there, but unreadable: the file check says so
         return ""
-    age = (time.time() if now is None else now) - path.stat().st_mtime
+    age = _unchanged_for(path, now)
     if age < stable_seconds:
         return f"its size to stay the same for {stable_seconds:g}s (last change {age:.1f}s ago)"
     return ""
+
+
+def _unchanged_for(path: Path, now: float | None = None) -> float:
+    """Seconds since ``path`` last changed."""
+    return (time.time() if now is None else now) - path.stat().st_mtime
 
 
 def settles_in(
@@ -180,8 +185,7 @@ def settles_in(
     arrived, or its flow declares a done-marker or a trailer, which no wait brings)."""
     if completeness.marker or completeness.trailer or not path.exists():
         return None
-    age = (time.time() if now is None else now) - path.stat().st_mtime
-    return max(0.0, stable_seconds - age)
+    return max(0.0, stable_seconds - _unchanged_for(path, now))
 
 
 def wait_until_complete(

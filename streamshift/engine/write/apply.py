@@ -36,14 +36,15 @@ from typing import Any, Self
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
+from streamshift.engine.spark import interpreted
 from streamshift.engine.write.commits import append, merge_into
 from streamshift.engine.write.target import (
     Target,
     delta_log_version,
     ensure_table,
+    is_little,
     read,
     state_schema,
-    when_small,
 )
 from streamshift.engine.write.transforms import (
     EOD_SOURCES,
@@ -438,16 +439,15 @@ def _apply_accepted(
             own_groups = {tuple(r[c] for c in group_columns) for r in by_group}
             incoming_dates = sorted({r[bd] for r in by_group})
             key_range = (min(r["low"] for r in by_group), max(r["high"] for r in by_group))
-        if small:  # and the dates' current state is small: no generated code
-            plans.enter_context(
-                when_small([target], incoming_dates, sessions=[checked.sparkSession])
-            )
-        steps.timer.lap("keys")
-
         # Current state's log version, taken before its dates are seen empty: later it tells
         # whether this apply's commit was the only one since (the views' shortcut).
         version_before = delta_log_version(spark, tables.current)
-        dates_were_empty = target.current_bytes(incoming_dates) == 0
+        held = target.current_bytes(incoming_dates)
+        dates_were_empty = held == 0
+        if small and is_little(held):  # and the dates' current state is small: no generated code
+            plans.enter_context(interpreted(spark, checked.sparkSession))
+        steps.timer.lap("keys")
+
         if small:
             known = steps.run("touched", _history_of, spark, flow, tables, keys, group_columns)
 

@@ -130,6 +130,12 @@ def delta_log_version(spark: SparkSession, path: str) -> int:
 INTERPRET_BELOW_BYTES = 2 * 1024 * 1024
 
 
+def is_little(held_bytes: int) -> bool:
+    """Whether ``held_bytes`` of current state is little enough to query without generated
+    code (``INTERPRET_BELOW_BYTES``, read when asked: a bench sets it)."""
+    return held_bytes < INTERPRET_BELOW_BYTES
+
+
 def when_small(
     targets: Iterable[Target],
     dates: Iterable[dt.date],
@@ -326,7 +332,7 @@ class Target:
 
     def holds_little(self, dates: Iterable[dt.date]) -> bool:
         """Whether current state holds fewer than ``INTERPRET_BELOW_BYTES`` for ``dates``."""
-        return self.current_bytes(dates) < INTERPRET_BELOW_BYTES
+        return is_little(self.current_bytes(dates))
 
     def closed_dates(self) -> set[dt.date]:
         """Business dates closed for this flow in this layer (``day_closes``).
