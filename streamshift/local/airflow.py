@@ -419,12 +419,17 @@ class LocalAirflow:
         deadline = time.monotonic() + timeout
         while any(group_alive(g) for g in groups) and time.monotonic() < deadline:
             time.sleep(0.5)
-        for pgid in groups:
-            if group_alive(pgid):
-                try:
-                    os.killpg(pgid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        killed = [g for g in groups if group_alive(g)]
+        for pgid in killed:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        # A killed process is gone only once the kernel has torn it down: return after that,
+        # so that what follows `down` (a new `up`, a check) finds no process of the old stack.
+        deadline = time.monotonic() + 10
+        while any(group_alive(g) for g in killed) and time.monotonic() < deadline:
+            time.sleep(0.05)
         self.pid_file.unlink(missing_ok=True)
         return self._engine_down() or bool(groups)
 
