@@ -445,15 +445,19 @@ class LocalAirflow:
 
     # ---- the REST API (token auth) ---------------------------------------------------------
     def client(self, user: str = USER) -> AirflowClient:
-        return AirflowClient(self.url, user, password(self.settings, user))
+        return AirflowClient(
+            self.url, user, password(self.settings, user), self.home / "logs" / "scheduler.log"
+        )
 
 
 class AirflowClient:
     """A small client of Airflow 3's REST API with the SimpleAuthManager's token auth."""
 
-    def __init__(self, url: str, user: str, secret: str):
+    def __init__(self, url: str, user: str, secret: str, scheduler_log: Path | None = None):
         self.url, self.user, self._password = url, user, secret
         self._token: str | None = None
+        # The local stack's scheduler log: what its scheduler has done (``wait_for_input``).
+        self.scheduler_log = scheduler_log
 
     def token(self) -> str:
         if self._token is None:
@@ -604,14 +608,18 @@ class AirflowClient:
     def wait_for_input(
         self, dag_id: str, run_id: str, task_id: str, timeout: float = 600, settle: float = 8
     ) -> None:
-        """Wait until a human-in-the-loop task awaits its answer, then ``settle`` seconds more.
+        """Wait until a human-in-the-loop task awaits its answer and the scheduler has seen
+        its worker exit (at most ``settle`` seconds more).
 
         Airflow 3.3.2's scheduler fails a deferred task whose answer re-queues it before the
         scheduler has seen its worker exit ("finished with state success, but the task
         instance's state attribute is queued", apache/airflow#67287): an answer given within a
         second or two of the request, as a script gives it, loses the run. A person never
-        answers that fast; a script waits as long as a scheduler loop or two takes."""
+        answers that fast. A script of the local stack waits for its scheduler's log to show
+        the task instance finished as awaiting input; any other waits ``settle`` seconds, a
+        scheduler loop or two."""
         deadline = time.monotonic() + timeout
+        logged = self._scheduler_log_size()  # what the scheduler logs from now on
         while (state := self.task_states(dag_id, run_id).get(task_id)) != "awaiting_input":
             if self.run(dag_id, run_id)["state"] in ("success", "failed"):
                 raise AirflowError(f"{dag_id} {run_id} ended before {task_id} asked for input")
@@ -620,8 +628,38 @@ class AirflowClient:
                     f"{dag_id} {run_id}: {task_id} is {state}, not awaiting input, after "
                     f"{timeout:.0f}s; see its task log"
                 )
-            time.sleep(2)
-        time.sleep(settle)
+            time.sleep(0.5)
+        settled = time.monotonic() + settle
+        ti_id = next(
+            t["id"] for t in self.task_instances(dag_id, run_id) if t["task_id"] == task_id
+        )
+        while time.monotonic() < settled and not self._scheduler_saw_exit(ti_id, logged):
+            time.sleep(0.2)
+        # Then the scheduler's loop ends its transaction; with no log to read, the time is up.
+        time.sleep(max(0.0, min(settled - time.monotonic(), 0.5 if self.scheduler_log else settle)))
+
+    def _scheduler_log_size(self) -> int:
+        try:
+            return self.scheduler_log.stat().st_size if self.scheduler_log else 0
+        except OSError:
+            return 0
+
+    def _scheduler_saw_exit(self, ti_id: str, since: int) -> bool:
+        """Whether the scheduler log, from byte ``since`` on, records task instance ``ti_id``
+        finished (its worker exited) in state awaiting_input."""
+        if self.scheduler_log is None:
+            return False
+        try:
+            with open(self.scheduler_log, "rb") as log:
+                log.seek(since)
+                text = log.read().decode(errors="replace")
+        except OSError:
+            return False
+        return any(
+            f"ti_id={ti_id}," in line and "state=awaiting_input" in line
+            for line in text.splitlines()
+            if "TaskInstance Finished:" in line
+        )
 
     def wait_for_run(
         self, dag_id: str, run_id: str, timeout: float = 900, progress: bool = True
