@@ -305,7 +305,7 @@ def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stac
             r["state"] in ("success", "failed") for r in runs
         ):
             break
-        time.sleep(10)
+        time.sleep(2)
     assert sorted(r["logical_date"][:10] for r in runs) == [str(d) for d in BACKFILL_DAYS]
     assert [r["state"] for r in runs] == ["success"] * len(BACKFILL_DAYS), runs
     for day, day_files in landed.items():

@@ -599,7 +599,7 @@ class AirflowClient:
             except AirflowApiError as exc:
                 if exc.status != 404:
                     raise
-            time.sleep(3)
+            time.sleep(1)
         raise AirflowError(
             f"DAG {dag_id} did not appear within {timeout:.0f}s (parse error? "
             "see the dag-processor log)"
