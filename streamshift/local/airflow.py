@@ -619,7 +619,6 @@ class AirflowClient:
         the task instance finished as awaiting input; any other waits ``settle`` seconds, a
         scheduler loop or two."""
         deadline = time.monotonic() + timeout
-        logged = self._scheduler_log_size()  # what the scheduler logs from now on
         while (state := self.task_states(dag_id, run_id).get(task_id)) != "awaiting_input":
             if self.run(dag_id, run_id)["state"] in ("success", "failed"):
                 raise AirflowError(f"{dag_id} {run_id} ended before {task_id} asked for input")
@@ -633,26 +632,18 @@ class AirflowClient:
         ti_id = next(
             t["id"] for t in self.task_instances(dag_id, run_id) if t["task_id"] == task_id
         )
-        while time.monotonic() < settled and not self._scheduler_saw_exit(ti_id, logged):
+        while time.monotonic() < settled and not self._scheduler_saw_exit(ti_id):
             time.sleep(0.2)
         # Then the scheduler's loop ends its transaction; with no log to read, the time is up.
         time.sleep(max(0.0, min(settled - time.monotonic(), 0.5 if self.scheduler_log else settle)))
 
-    def _scheduler_log_size(self) -> int:
-        try:
-            return self.scheduler_log.stat().st_size if self.scheduler_log else 0
-        except OSError:
-            return 0
-
-    def _scheduler_saw_exit(self, ti_id: str, since: int) -> bool:
-        """Whether the scheduler log, from byte ``since`` on, records task instance ``ti_id``
-        finished (its worker exited) in state awaiting_input."""
+    def _scheduler_saw_exit(self, ti_id: str) -> bool:
+        """Whether the scheduler log records task instance ``ti_id`` (an id used once)
+        finished, its worker exited, in state awaiting_input."""
         if self.scheduler_log is None:
             return False
         try:
-            with open(self.scheduler_log, "rb") as log:
-                log.seek(since)
-                text = log.read().decode(errors="replace")
+            text = self.scheduler_log.read_text(errors="replace")
         except OSError:
             return False
         return any(
