@@ -416,9 +416,7 @@ class LocalAirflow:
                 os.killpg(pgid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-        deadline = time.monotonic() + timeout
-        while any(group_alive(g) for g in groups) and time.monotonic() < deadline:
-            time.sleep(0.5)
+        _wait_until_gone(groups, timeout, poll=0.5)
         killed = [g for g in groups if group_alive(g)]
         for pgid in killed:
             try:
@@ -427,9 +425,7 @@ class LocalAirflow:
                 pass
         # A killed process is gone only once the kernel has torn it down: return after that,
         # so that what follows `down` (a new `up`, a check) finds no process of the old stack.
-        deadline = time.monotonic() + 10
-        while any(group_alive(g) for g in killed) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_until_gone(killed, 10, poll=0.05)
         self.pid_file.unlink(missing_ok=True)
         return self._engine_down() or bool(groups)
 
@@ -448,6 +444,13 @@ class LocalAirflow:
         return AirflowClient(
             self.url, user, password(self.settings, user), self.home / "logs" / "scheduler.log"
         )
+
+
+def _wait_until_gone(groups: list[int], timeout: float, poll: float) -> None:
+    """Wait up to ``timeout`` seconds until no process of the process ``groups`` is alive."""
+    deadline = time.monotonic() + timeout
+    while any(group_alive(g) for g in groups) and time.monotonic() < deadline:
+        time.sleep(poll)
 
 
 class AirflowClient:
@@ -628,22 +631,26 @@ class AirflowClient:
                     f"{timeout:.0f}s; see its task log"
                 )
             time.sleep(0.5)
+        if self.scheduler_log is None:
+            time.sleep(settle)  # nothing to read: a scheduler loop or two
+            return
         settled = time.monotonic() + settle
         ti_id = next(
             t["id"] for t in self.task_instances(dag_id, run_id) if t["task_id"] == task_id
         )
-        while time.monotonic() < settled and not self._scheduler_saw_exit(ti_id):
+        while time.monotonic() < settled:
+            if self._scheduler_saw_exit(self.scheduler_log, ti_id):
+                # Then the scheduler's loop ends its transaction.
+                time.sleep(max(0.0, min(settled - time.monotonic(), 0.5)))
+                return
             time.sleep(0.2)
-        # Then the scheduler's loop ends its transaction; with no log to read, the time is up.
-        time.sleep(max(0.0, min(settled - time.monotonic(), 0.5 if self.scheduler_log else settle)))
 
-    def _scheduler_saw_exit(self, ti_id: str) -> bool:
-        """Whether the scheduler log records task instance ``ti_id`` (an id used once)
+    @staticmethod
+    def _scheduler_saw_exit(log: Path, ti_id: str) -> bool:
+        """Whether the scheduler ``log`` records task instance ``ti_id`` (an id used once)
         finished, its worker exited, in state awaiting_input."""
-        if self.scheduler_log is None:
-            return False
         try:
-            text = self.scheduler_log.read_text(errors="replace")
+            text = log.read_text(errors="replace")
         except OSError:
             return False
         return any(

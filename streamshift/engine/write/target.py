@@ -131,8 +131,8 @@ INTERPRET_BELOW_BYTES = 2 * 1024 * 1024
 
 
 def is_little(held_bytes: int) -> bool:
-    """Whether ``held_bytes`` of current state is little enough to query without generated
-    code (``INTERPRET_BELOW_BYTES``, read when asked: a bench sets it)."""
+    """Whether ``held_bytes`` (of current state, or of an input file) is little enough to
+    query without generated code (``INTERPRET_BELOW_BYTES``, read when asked: a bench sets it)."""
     return held_bytes < INTERPRET_BELOW_BYTES
 
 
@@ -152,7 +152,7 @@ def when_small(
     if all(is_interpreted(s) for s in sessions):
         return interpreted(*sessions)
     small = all(t.holds_little(dates) for t in targets) and all(
-        f.stat().st_size < INTERPRET_BELOW_BYTES for f in files if f is not None and f.exists()
+        is_little(f.stat().st_size) for f in files if f is not None and f.exists()
     )
     if not small:
         return nullcontext()
