@@ -18,6 +18,7 @@ Run: .venv/bin/python bench/engine_latency.py [--trades 300] [--repeat 3] [--war
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import os
 import statistics
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -41,15 +43,28 @@ DAY = dt.date(2026, 11, 20)
 CLI = [sys.executable, "-m", "streamshift.cli"]
 
 
-def timed_eod(home: Path, engine: str, file: Path) -> float:
-    """Seconds of one ``streamshift eod`` of ``file`` for DAY, as a new process, on the engine
-    at ``engine`` (empty: a local session); refuses a run that used the other."""
+@contextlib.contextmanager
+def local_engine(work: Path) -> Iterator[str]:
+    """A local engine of its own under ``work`` while the block runs: its URL."""
+    url = f"sc://127.0.0.1:{free_port()}"
+    engine = LocalEngine(load_settings({}, home=work / "engine-home", engine=url))
+    print(f"starting the engine at {url} ...", file=sys.stderr, flush=True)
+    engine.start()
+    try:
+        yield url
+    finally:
+        engine.stop()
+
+
+def timed_eod(home: Path, engine: str, file: Path, day: dt.date = DAY) -> float:
+    """Seconds of one ``streamshift eod`` of ``file`` for ``day``, as a new process, on the
+    engine at ``engine`` (empty: a local session); refuses a run that used the other."""
     env = submit_env(home)
     env["STREAMSHIFT_ENGINE"] = engine
     env["STREAMSHIFT_FILE_STABLE_SECONDS"] = "0"  # complete on arrival
     started = time.perf_counter()
     done = subprocess.run(
-        [*CLI, "eod", "--flow", "trades", "--date", DAY.isoformat(), "--file", str(file)],
+        [*CLI, "eod", "--flow", "trades", "--date", day.isoformat(), "--file", str(file)],
         env=env,
         capture_output=True,
         text=True,
@@ -83,11 +98,7 @@ def main() -> int:
     args = parser.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
     home = work / "home"
-    url = f"sc://127.0.0.1:{free_port()}"
-    engine = LocalEngine(load_settings({}, home=work / "engine-home", engine=url))
-    print(f"starting the engine at {url} ...", file=sys.stderr, flush=True)
-    engine.start()
-    try:
+    with local_engine(work) as url:
         files = generate_day(DAY, args.trades, work / "files", seed=7, progress=False)
         timed_eod(home, url, files.eod)  # the day, and the engine's first job of this flow
         for version in range(50, 50 + args.warmup):
@@ -102,8 +113,6 @@ def main() -> int:
                 timings[side].append(timed_eod(home, address, one))
                 print(f"run {i + 1} {side}: {timings[side][-1]:.2f} s", file=sys.stderr, flush=True)
         steps = in_process(home, url, files.eod, work, args.steps) if args.steps else None
-    finally:
-        engine.stop()
     warm = statistics.median(timings["engine"])
     cold = statistics.median(timings["no engine"])
     print(
