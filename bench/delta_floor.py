@@ -12,17 +12,23 @@ however little data it carries. In one Spark session, on a 1,000-row Delta table
   * the same MERGE into a table with Change Data Feed on (what a view MERGE pays);
   * the first MERGE with its source not materialised first (``materializeSource=none``).
 
-Run: .venv/bin/python bench/delta_floor.py [--repeat N]
+``--anatomy``: then one more one-row MERGE (the plain table), taken apart through Spark's
+monitoring REST API (the session starts its web UI): each query Delta runs inside it, with
+its description, its Spark jobs and its duration, and the wall time of the whole MERGE.
+
+Run: .venv/bin/python bench/delta_floor.py [--repeat N] [--anatomy]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,18 +44,21 @@ MATERIALIZE = "spark.databricks.delta.merge.materializeSource"
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=10, help="timed runs of each operation")
+    parser.add_argument(
+        "--anatomy", action="store_true", help="then one MERGE's queries, from Spark's REST API"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="streamshift-floor-"))
     try:
-        return run(work, args.repeat)
+        return run(work, args.repeat, args.anatomy)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def run(work: Path, repeat: int) -> int:
+def run(work: Path, repeat: int, anatomy: bool = False) -> int:
     from delta.tables import DeltaTable
 
-    settings = load_settings(home=work / "home")
+    settings = load_settings(home=work / "home", spark_ui=anatomy)
     spark = get_spark(settings, app_name="bench-delta-floor")
 
     def table(name: str, properties: dict[str, str]) -> str:
@@ -113,8 +122,39 @@ def run(work: Path, repeat: int) -> int:
     print(f"{'operation':42} {'median':>8} {'min':>8}   ({repeat} runs each)")
     for label, taken in times.items():
         print(f"{label:42} {statistics.median(taken):7.3f}s {min(taken):7.3f}s", flush=True)
+    if anatomy:
+        taken_apart(spark, lambda: merge(plain)(repeat + 1))
     spark.stop()
     return 0
+
+
+def taken_apart(spark, operation: Callable[[], None]) -> None:  # type: ignore[no-untyped-def]
+    """Run ``operation`` once and print the queries Spark ran for it (from its REST API)."""
+    ui = spark.sparkContext.uiWebUrl
+    api = f"{ui}/api/v1/applications/{spark.sparkContext.applicationId}"
+
+    def executions() -> list[dict]:  # type: ignore[type-arg]
+        with urllib.request.urlopen(f"{api}/sql?details=false&length=100000") as answer:
+            return json.load(answer)  # type: ignore[no-any-return]
+
+    before = {q["id"] for q in executions()}
+    started = time.perf_counter()
+    operation()
+    wall = time.perf_counter() - started
+    print(f"\none one-row MERGE taken apart: {wall:.3f} s of wall time")
+    ran = sorted((q for q in executions() if q["id"] not in before), key=lambda q: q["id"])
+    # The MERGE command is one query; what Delta runs for it are queries nested under it.
+    nested = [q for q in ran if q.get("rootExecutionId", q["id"]) != q["id"]]
+    jobs = 0
+    for q in nested:
+        ids = q.get("successJobIds", []) + q.get("failedJobIds", [])
+        jobs += len(ids)
+        print(f"  {q['duration'] / 1000:6.3f} s  {len(ids)} job(s)  {q['description'][:90]}")
+    in_queries = sum(q["duration"] for q in nested) / 1000
+    print(
+        f"  {len(nested)} queries inside it, {jobs} Spark jobs, {in_queries:.3f} s in them; "
+        f"{wall - in_queries:.3f} s outside them (planning, reading the log, the commit)"
+    )
 
 
 if __name__ == "__main__":
