@@ -7,8 +7,8 @@ local engine, then ``--repeat`` times and alternating sides loads a generated da
 ``STREAMSHIFT_ENGINE`` naming the engine (the job runs there), once with it empty (a local
 Spark session of the command's own, as every command ran before the engine). One untimed load
 of a small day on the engine first (the engine's first job of the flow pays its class loading).
-Each load is checked against its file: the day's live rows in current state, read without
-Spark, equal the file's trades.
+Each load is checked against its file: the day's rows in current state (one per trade), read
+without Spark, equal the file's distinct trades.
 
 Prints each side's median wall time from process start to exit and engine ÷ no engine (goal:
 no slower, <= 1).
@@ -35,7 +35,7 @@ from flows.trades.generate import generate_day
 from streamshift.spec.catalog import LayerTables
 from streamshift.spec.registry import get_flow
 from streamshift.spec.settings import load_settings
-from streamshift.store.tables import query
+from streamshift.store.tables import select
 
 FIRST_DAY = dt.date(2026, 11, 2)
 
@@ -49,10 +49,8 @@ def file_trades(path: Path) -> int:
 def loaded_trades(home: Path, day: dt.date) -> int:
     """Trades of ``day`` in the batch layer's current state, read without Spark."""
     tables = LayerTables(load_settings({}, home=home).warehouse, get_flow("trades"), "batch")
-    table = query(
-        f"SELECT count(*) AS n FROM t WHERE business_date = DATE '{day}'", {"t": tables.current}
-    )
-    return int(table.column("n")[0].as_py())
+    table = select(tables.current, ["trade_id"], where=[("business_date", "=", day)])
+    return 0 if table is None else table.num_rows
 
 
 def main() -> int:
