@@ -44,16 +44,29 @@ REST_DAY = dt.date(2026, 11, 3)
 BACKFILL_DAYS = [dt.date(2026, 11, 4), dt.date(2026, 11, 5)]
 
 INTEGRITY = """
-import json, sys, time
+import datetime as dt, json, sys, time
 t0 = time.monotonic()
 from airflow.dag_processing.dagbag import DagBag
+from airflow.models.taskinstance import TaskInstance
 bag = DagBag(dag_folder=sys.argv[1])
 dags = {}
+
+
+def waits(task):  # seconds Airflow waits before each retry of task (its jitter included)
+    ti, ended = TaskInstance(task=task, run_id="r", dag_version_id=None), dt.datetime(2026, 1, 1)
+    ti.end_date = ended
+    out = []
+    for ti.try_number in range(1, task.retries + 1):
+        out.append((ti.next_retry_datetime() - ended).total_seconds())
+    return out
+
+
 for dag_id, dag in bag.dags.items():
     dags[dag_id] = {
         "owner": dag.owner, "tags": sorted(dag.tags), "doc": bool(dag.doc_md),
         "no_retries": sorted(t.task_id for t in dag.tasks if not t.retries),
         "undocumented": sorted(t.task_id for t in dag.tasks if not t.doc_md),
+        "waits": {t.task_id: waits(t) for t in dag.tasks if t.retries},
     }
 print(json.dumps({
     "errors": {k: str(v) for k, v in bag.import_errors.items()},
@@ -204,6 +217,10 @@ def test_dag_integrity(tmp_path: Path) -> None:
         assert "streamshift" in dag["tags"], dag_id
         assert dag["doc"] and dag["undocumented"] == [], dag_id
         assert dag["no_retries"] == no_retries.get(dag_id, []), dag_id
+        # Retries back off: long enough for a restarted engine to answer, each longer than
+        # the one before.
+        for task, waits in dag["waits"].items():
+            assert waits[0] >= 10 and waits == sorted(set(waits)), (dag_id, task, waits)
 
 
 @pytest.mark.airflow

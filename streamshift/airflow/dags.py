@@ -48,8 +48,9 @@ MAINTENANCE_SCHEDULE = "0 3 * * 0"  # Sundays, when no EOD run writes
 DEFAULT_ARGS: dict[str, Any] = {
     "owner": OWNER,
     "retries": 2,
-    "retry_delay": dt.timedelta(seconds=30),
-    "retry_exponential_backoff": True,
+    # The first retry after 15-30 s, the second after 30-60 s (Airflow adds its jitter).
+    "retry_delay": dt.timedelta(seconds=15),
+    "retry_exponential_backoff": 2.0,  # a multiplier: True would be 1.0, a constant delay
     "max_retry_delay": dt.timedelta(minutes=10),
 }
 
