@@ -1,18 +1,21 @@
 """One corrected trade through `streamshift eod`, on the warm engine and without it, same run.
 
-Loads a generated day of ``--trades`` trades into a fresh home, starts a local engine and
-runs ``--warmup`` corrections on it (an engine in use has run jobs before; its JIT is warm),
-then, ``--repeat`` times and alternating sides, runs ``streamshift eod`` as a user does (a new
-process) with a one-row EOD file amending one trade (a new version and quantity each time, so
-every run changes current state and the trade's position): once with ``STREAMSHIFT_ENGINE``
-naming the engine, once with it empty (a local Spark session: a JVM start and a cold JIT per
-command). Each file is complete when the command starts (``file_stable_seconds`` 0, as with a
-done-marker: no wait for the file to settle). Prints each side's median wall time from
-process start to exit and engine ÷ no engine (goals: engine <= 5 s, ratio <= 0.25). Then runs
-``--steps`` more corrections in its own process on the engine and prints the fastest one's
-steps, where the job's time goes without a process start.
+Loads a generated day of ``--trades`` trades into a fresh home on a local engine and copies
+that home for the other side, so each side corrects tables only it writes, as in use: with an
+engine up every batch job goes through it. Runs ``--warmup`` corrections on the engine (an
+engine in use has run many jobs: its JIT is warm; a new engine's corrections keep getting
+faster through roughly its first six), then, ``--repeat`` times and alternating sides, runs
+``streamshift eod`` as a user does (a new process) with a one-row EOD file amending one trade
+(a new version and quantity each time, so every run changes current state and the trade's
+position): once with ``STREAMSHIFT_ENGINE`` naming the engine, once with it empty (a local Spark
+session: a JVM start and a cold JIT per command). Each file is complete when the command
+starts (``file_stable_seconds`` 0, as with a done-marker: no wait for the file to settle).
+Prints each side's median wall time from process start to exit and engine ÷ no engine (goals:
+engine <= 5 s, ratio <= 0.25). Then runs ``--steps`` more corrections in its own process on
+the engine and prints the fastest one's steps, where the job's time goes without a process
+start.
 
-Run: .venv/bin/python bench/engine_latency.py [--trades 300] [--repeat 3] [--warmup 3] [--steps 3]
+Run: .venv/bin/python bench/engine_latency.py [--trades 300] [--repeat 5] [--warmup 8] [--steps 3]
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import argparse
 import contextlib
 import datetime as dt
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -58,35 +62,45 @@ def local_engine(work: Path) -> Iterator[str]:
 
 def timed_eod(home: Path, engine: str, file: Path, day: dt.date = DAY) -> float:
     """Seconds of one ``streamshift eod`` of ``file`` for ``day``, as a new process, on the
-    engine at ``engine`` (empty: a local session); refuses a run that used the other."""
+    engine at ``engine`` (empty: a local session), until its prompt would return; refuses a
+    run that used the other. Returns once every process the command started has exited: a
+    command of its own session leaves its JVM shutting down for a second or two after the
+    command exits, and the next run (on the engine) starts after it, not beside it."""
     env = submit_env(home)
     env["STREAMSHIFT_ENGINE"] = engine
     env["STREAMSHIFT_FILE_STABLE_SECONDS"] = "0"  # complete on arrival
     started = time.perf_counter()
-    done = subprocess.run(
+    command = subprocess.Popen(
         [*CLI, "eod", "--flow", "trades", "--date", day.isoformat(), "--file", str(file)],
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        check=False,
+        start_new_session=True,  # a process group of its own: the JVM it starts joins it
     )
+    _out, err = command.communicate()
     seconds = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"streamshift eod failed:\n{done.stderr[-3000:]}")
-    said = "warm engine" in done.stderr
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(command.pid, 0)  # anything of the group left?
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    if command.returncode != 0:
+        raise SystemExit(f"streamshift eod failed:\n{err[-3000:]}")
+    said = "warm engine" in err
     if said != bool(engine):
-        raise SystemExit(
-            f"expected {'the engine' if engine else 'a local session'}:\n{done.stderr}"
-        )
+        raise SystemExit(f"expected {'the engine' if engine else 'a local session'}:\n{err}")
     return seconds
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trades", type=int, default=300, help="trades in the loaded day")
-    parser.add_argument("--repeat", type=int, default=3, help="timed corrections per side")
+    parser.add_argument("--repeat", type=int, default=5, help="timed corrections per side")
     parser.add_argument(
-        "--warmup", type=int, default=3, help="untimed corrections on the engine first"
+        "--warmup", type=int, default=8, help="untimed corrections on the engine first"
     )
     parser.add_argument(
         "--steps",
@@ -101,6 +115,8 @@ def main() -> int:
     with local_engine(work) as url:
         files = generate_day(DAY, args.trades, work / "files", seed=7, progress=False)
         timed_eod(home, url, files.eod)  # the day, and the engine's first job of this flow
+        homes = {"engine": home, "no engine": work / "home-no-engine"}
+        shutil.copytree(home, homes["no engine"])  # Delta's log holds relative paths
         for version in range(50, 50 + args.warmup):
             warm = timed_eod(home, url, amendment_file(files.eod, version, work / "warm.csv"))
             print(f"warm-up on the engine: {warm:.2f} s", file=sys.stderr, flush=True)
@@ -110,7 +126,7 @@ def main() -> int:
             for side, address in (("engine", url), ("no engine", "")):
                 version += 1
                 one = amendment_file(files.eod, version, work / f"fix-{version}.csv")
-                timings[side].append(timed_eod(home, address, one))
+                timings[side].append(timed_eod(homes[side], address, one))
                 print(f"run {i + 1} {side}: {timings[side][-1]:.2f} s", file=sys.stderr, flush=True)
         steps = in_process(home, url, files.eod, work, args.steps) if args.steps else None
     warm = statistics.median(timings["engine"])
