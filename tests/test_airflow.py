@@ -11,8 +11,10 @@ import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -225,6 +227,42 @@ def test_dag_integrity(tmp_path: Path) -> None:
 
 @pytest.mark.airflow
 @pytest.mark.slow
+def test_triggers_at_once_each_get_their_run_and_audit_entry(airflow_stack) -> None:  # type: ignore[no-untyped-def]
+    """Twelve REST triggers at once, as a script and the UI's users may send them: each gets its
+    run and its audit-log entry. (The audit log's commit used to wait for SQLite's write lock
+    on the API server's event loop, while the lock's holder needed that loop to commit: every
+    request of the server, the tasks' heartbeats too, hung for the busy timeout and the
+    triggers failed.)"""
+    settings, client = airflow_stack
+    dag_id = "maintenance_telemetry"  # paused throughout: its runs never start
+    client.wait_for_dag(dag_id)
+    run_ids = [f"at-once-{i:02d}" for i in range(12)]
+    answers: dict[str, object] = {}
+
+    def trigger(run_id: str) -> None:
+        try:
+            answers[run_id] = client.trigger(dag_id, {}, run_id=run_id)["dag_run_id"]
+        except Exception as exc:  # noqa: BLE001 - recorded and asserted below
+            answers[run_id] = exc
+
+    threads = [threading.Thread(target=trigger, args=(r,)) for r in run_ids]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=300)
+        assert answers == {r: r for r in run_ids}
+        with sqlite3.connect(f"file:{metadata_db(settings)}?mode=ro", uri=True) as db:
+            audited = db.execute(
+                "SELECT run_id FROM log WHERE event = 'trigger_dag_run' AND dag_id = ?", (dag_id,)
+            ).fetchall()
+        assert sorted(r for (r,) in audited) == run_ids
+    finally:
+        for run_id in run_ids:
+            if answers.get(run_id) == run_id:
+                client.delete_run(dag_id, run_id)
+
+
 def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stack, request) -> None:  # type: ignore[no-untyped-def]
     """A run triggered over the REST API as the UI does, and a two-date backfill created
     with ``streamshift airflow cli`` while it runs: their Spark jobs share the pool. The

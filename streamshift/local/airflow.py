@@ -521,6 +521,9 @@ class AirflowClient:
         run: dict[str, Any] = self.get(self._run_path(dag_id, run_id))
         return run
 
+    def delete_run(self, dag_id: str, run_id: str) -> None:
+        self._send("DELETE", self._run_path(dag_id, run_id))
+
     def hitl(self, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
         """A human-in-the-loop task's request and answer (``hitlDetails``)."""
         detail: dict[str, Any] = self.get(
