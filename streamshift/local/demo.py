@@ -7,7 +7,8 @@ local stack.
    through Kafka as they happen, one correction is timed from produce to the view table,
    and at end of day the EOD files load the batch layer and reconciliation compares the two;
    more days follow, one with a gap in the stream — reconciliation names the break and the
-   gate refuses promotion until enough clean days follow;
+   gate refuses promotion until enough clean days follow (where no promotion can come between,
+   a day's events go to Kafka while the previous day's EOD run runs, as trading goes on);
 3. stage ``stream``: the stream misses an event, the EOD run finds it against the EOD file,
    produces it to the topic as a correction and reconciles clean; two more days reconcile
    clean against their files, the evidence for kappa;
@@ -33,6 +34,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +137,7 @@ class _Demo:
         self.client = airflow.client()
         self.runs = 0
         self.traced: str | None = None
+        self.begun: set[dt.date] = set()  # days whose events went out during an EOD run
         self.days = DemoDays.ending_by(self.flow.cut_off.at, dt.datetime.now(dt.UTC))
         # The DAG is paused at creation; the demo's runs are triggered, its schedule's own run
         # (for the latest business day) waits for a file the demo never lands.
@@ -203,13 +206,27 @@ class _Demo:
             lambda b: processed_events(b, self.topic) >= self.produced, "the stream to catch up"
         )
 
-    def streamed_day(self, day: dt.date, rows) -> dict:  # type: ignore[no-untyped-def, type-arg]
-        """A day as it happens (``rows`` on Kafka); at its end the day's whole file lands while
-        the stream catches up; then its EOD run."""
-        self.produce(rows)
+    def streamed_day(self, day: dt.date, rows, then=None) -> dict:  # type: ignore[no-untyped-def, type-arg]
+        """A day as it happens (``rows`` on Kafka, unless it began during the previous day's EOD
+        run); at its end the day's whole file lands while the stream catches up; then its EOD
+        run. ``then``: (the next day, its rows), begun while this day's EOD run runs."""
+        if day not in self.begun:
+            self.produce(rows)
         file = self.land(day, "demo_eod.csv", self.files[day].eod)
         self.caught_up()
-        return self.eod_run(day, file)
+        return self.eod_run(day, file, meanwhile=then and self.begin(*then))
+
+    def begin(self, day: dt.date, rows) -> Callable[[], None]:  # type: ignore[no-untyped-def]
+        """What :meth:`eod_run` does while the run runs: the next business day's events on
+        Kafka, as trading goes on while the last day's batch runs (the stream applies them
+        beside the EOD run's Spark job, each about a core)."""
+
+        def produce() -> None:
+            print(f"  meanwhile {day} begins: its events on Kafka while this EOD run runs")
+            self.produce(rows)
+            self.begun.add(day)
+
+        return produce
 
     def land(self, day: dt.date, name: str, *paths) -> str:  # type: ignore[no-untyped-def]
         """Put the files (rows concatenated under one header) in the landing folder as ``name``;
@@ -224,10 +241,17 @@ class _Demo:
         (folder / name).write_text("\n".join(lines) + "\n")
         return f"{day}/{name}"
 
-    def eod_run(self, day: dt.date, file: str | None, mode: str = "delta") -> dict:  # type: ignore[type-arg]
+    def eod_run(
+        self,
+        day: dt.date,
+        file: str | None,
+        mode: str = "delta",
+        meanwhile: Callable[[], None] | None = None,
+    ) -> dict:  # type: ignore[type-arg]
         """The EOD side: trigger eod_<flow> over the REST API, as the UI's Trigger form does,
         wait for it, print its published summary and the worst breaks of the day. ``file``:
-        the landed file to load (None in stage kappa, which has none)."""
+        the landed file to load (None in stage kappa, which has none); ``meanwhile``: done
+        once the run is triggered, before waiting for it."""
         self.runs += 1
         run_id = f"demo-{self.runs:02d}-{day}"
         conf = {"business_date": str(day), "mode": mode}
@@ -237,6 +261,8 @@ class _Demo:
         self.client.trigger(dag_id, conf, run_id=run_id)
         print(f"  triggered {dag_id} {run_id} with {conf}")
         print(f"  watch it: {self.airflow.url}/dags/{dag_id}/runs/{run_id}")
+        if meanwhile is not None:
+            meanwhile()
         run = self.client.wait_for_run(dag_id, run_id, timeout=1800, progress=False)
         states = self.client.task_states(dag_id, run_id)
         spark_tasks = ("load_eod_file", "close_day", "reconcile", "correct_stream_layer")
@@ -467,17 +493,22 @@ class _Demo:
             f"end of {first}: the EOD files land; {self.dag_id} loads the batch layer and "
             "reconciles stream vs batch (Airflow)"
         )
-        self.eod_run(first, landed)
-
         days = self.days.shadow
         gap_day = days[0]
-        for day in days:
+
+        def streamed(day: dt.date) -> list[dict[str, str]]:
             rows = read_rows(self.day_files(day, LATER_DAY_ROWS).eod, flow)
+            return rows[3:] if day == gap_day else rows
+
+        self.eod_run(first, landed, meanwhile=self.begin(gap_day, streamed(gap_day)))
+        for day, after in zip(days, (*days[1:], None), strict=True):
             gap = " — the stream misses 3 events today" if day == gap_day else ""
             _say(
                 f"stage shadow, {day}: the day on Kafka, then the EOD load and reconciliation{gap}"
             )
-            self.streamed_day(day, rows[3:] if day == gap_day else rows)
+            # The next day begins during this day's EOD run unless a promotion may follow it.
+            then = (after, streamed(after)) if day == gap_day and after else None
+            self.streamed_day(day, streamed(day), then)
             if day != gap_day:  # first with the gap in the window (refused), then without it
                 _say(f"promote to stream? (needs the last {DEMO_WINDOW} reconciled dates clean)")
                 if self.promote("stream"):
@@ -490,7 +521,13 @@ class _Demo:
             f"stage stream, {d5}: the stream misses {key} {lost[key]}; the EOD run "
             "reconciles the EOD file against the stream layer and corrects it"
         )
-        self.streamed_day(d5, [r for r in rows if r is not lost])
+        stream_days = self.days.stream[1:]
+
+        def streamed_eod(day: dt.date) -> list[dict[str, str]]:
+            return read_rows(self.day_files(day, LATER_DAY_ROWS).eod, flow)
+
+        then = (stream_days[0], streamed_eod(stream_days[0])) if stream_days else None
+        self.streamed_day(d5, [r for r in rows if r is not lost], then)
         repaired = (
             read(self.spark, self.stream.tables.current)
             .where(F.col(key) == F.lit(lost[key]))
@@ -500,9 +537,9 @@ class _Demo:
         self.print_rows(repaired)
 
         self.traced = lost[key]
-        for day in self.days.stream[1:]:
+        for day in stream_days:
             _say(f"stage stream, {day}: the day on Kafka; the EOD run reconciles its file clean")
-            self.streamed_day(day, read_rows(self.day_files(day, LATER_DAY_ROWS).eod, flow))
+            self.streamed_day(day, streamed_eod(day))
 
     def kappa_stage(self) -> None:
         """Stage kappa: no EOD file; the day closes at its cut-off, a late event after it."""
