@@ -143,6 +143,12 @@ class _Demo:
         # (for the latest business day) waits for a file the demo never lands.
         self.client.wait_for_dag(self.dag_id)
         self.client.unpause(self.dag_id)
+        # The late-data DAG runs hourly from the start, as in use: the run the scheduler makes
+        # for the latest hour on unpausing finds nothing late, and the one the demo triggers
+        # after the late events re-reconciles their date (unpaused only then, both would).
+        self.late_dag = f"late_data_{self.flow.name}"
+        self.client.wait_for_dag(self.late_dag)
+        self.client.unpause(self.late_dag)
 
     # ---- helpers ------------------------------------------------------------------------
     def day_files(self, day: dt.date, rows: int):  # type: ignore[no-untyped-def]
@@ -587,15 +593,13 @@ class _Demo:
         recorded = view_rows(self.settings, flow, "stream", "late_events")
         mine = [r for r in recorded.as_dicts() if str(r.get(flow.business_date)) == str(day)]
         print(f"  streamshift show --view late_events --layer stream: {len(mine)} for {day}")
-        dag = f"late_data_{flow.name}"
+        dag = self.late_dag
         _say(f"{dag}: the late date is re-reconciled against the clearing house's file")
-        self.client.unpause(dag)
         run_id = self.client.trigger(dag, {}, run_id=f"demo-late-{day}")["dag_run_id"]
         print(f"  watch it: {self.airflow.url}/dags/{dag}/runs/{run_id}")
         run = self.client.wait_for_run(dag, run_id, timeout=900, progress=False)
         if run["state"] != "success":
             raise RuntimeError(f"{dag} {run_id} {run['state']}: see its task logs in the UI")
-        self.client.pause(dag)
         report = report_dir(self.settings, flow.name, day)
         summary = json.loads((report / "report.json").read_text())
         breaks = sum(summary["breaks_by_kind"].values())
