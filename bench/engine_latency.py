@@ -41,7 +41,7 @@ from flows.trades.generate import generate_day
 from streamshift.engine.spark import submit_env
 from streamshift.local.engine import LocalEngine
 from streamshift.spec.settings import load_settings
-from streamshift.store.processes import free_port
+from streamshift.store.processes import free_port, group_alive
 
 DAY = dt.date(2026, 11, 20)
 CLI = [sys.executable, "-m", "streamshift.cli"]
@@ -81,11 +81,7 @@ def timed_eod(home: Path, engine: str, file: Path, day: dt.date = DAY) -> float:
     _out, err = command.communicate()
     seconds = time.perf_counter() - started
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(command.pid, 0)  # anything of the group left?
-        except ProcessLookupError:
-            break
+    while group_alive(command.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     if command.returncode != 0:
         raise SystemExit(f"streamshift eod failed:\n{err[-3000:]}")

@@ -502,19 +502,20 @@ class _Demo:
         days = self.days.shadow
         gap_day = days[0]
 
-        def streamed(day: dt.date) -> list[dict[str, str]]:
+        streamed: dict[dt.date, list[dict[str, str]]] = {}  # each day's events, read once
+        for day in days:
             rows = read_rows(self.day_files(day, LATER_DAY_ROWS).eod, flow)
-            return rows[3:] if day == gap_day else rows
+            streamed[day] = rows[3:] if day == gap_day else rows
 
-        self.eod_run(first, landed, meanwhile=self.begin(gap_day, streamed(gap_day)))
+        self.eod_run(first, landed, meanwhile=self.begin(gap_day, streamed[gap_day]))
         for day, after in zip(days, (*days[1:], None), strict=True):
             gap = " — the stream misses 3 events today" if day == gap_day else ""
             _say(
                 f"stage shadow, {day}: the day on Kafka, then the EOD load and reconciliation{gap}"
             )
             # The next day begins during this day's EOD run unless a promotion may follow it.
-            then = (after, streamed(after)) if day == gap_day and after else None
-            self.streamed_day(day, streamed(day), then)
+            then = (after, streamed[after]) if day == gap_day and after else None
+            self.streamed_day(day, streamed[day], then)
             if day != gap_day:  # first with the gap in the window (refused), then without it
                 _say(f"promote to stream? (needs the last {DEMO_WINDOW} reconciled dates clean)")
                 if self.promote("stream"):
@@ -529,10 +530,10 @@ class _Demo:
         )
         stream_days = self.days.stream[1:]
 
-        def streamed_eod(day: dt.date) -> list[dict[str, str]]:
-            return read_rows(self.day_files(day, LATER_DAY_ROWS).eod, flow)
-
-        then = (stream_days[0], streamed_eod(stream_days[0])) if stream_days else None
+        streamed_eod = {  # each day's events on Kafka, read once
+            day: read_rows(self.day_files(day, LATER_DAY_ROWS).eod, flow) for day in stream_days
+        }
+        then = (stream_days[0], streamed_eod[stream_days[0]]) if stream_days else None
         self.streamed_day(d5, [r for r in rows if r is not lost], then)
         repaired = (
             read(self.spark, self.stream.tables.current)
@@ -545,7 +546,7 @@ class _Demo:
         self.traced = lost[key]
         for day in stream_days:
             _say(f"stage stream, {day}: the day on Kafka; the EOD run reconciles its file clean")
-            self.streamed_day(day, streamed_eod(day))
+            self.streamed_day(day, streamed_eod[day])
 
     def kappa_stage(self) -> None:
         """Stage kappa: no EOD file; the day closes at its cut-off, a late event after it."""
