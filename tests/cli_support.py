@@ -35,10 +35,11 @@ def run_cli(
     *args: str,
     timeout: float = 600,
     env: dict[str, str] | None = None,
+    cwd: Path | None = None,
     **settings: str,
 ) -> subprocess.CompletedProcess[str]:
-    """``streamshift ARGS`` in a subprocess, in ``cli_env(home, **settings)`` unless ``env``
-    (built from it) is given."""
+    """``streamshift ARGS`` in a subprocess (in folder ``cwd``), in ``cli_env(home, **settings)``
+    unless ``env`` (built from it) is given."""
     assert env is None or not settings, "pass the settings to cli_env() when giving env"
     return subprocess.run(
         [*CLI, *args],
@@ -47,4 +48,5 @@ def run_cli(
         text=True,
         timeout=timeout,
         check=False,
+        cwd=cwd,
     )

@@ -15,8 +15,6 @@ from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.settings import describe, load_settings, shown
 from streamshift.spec.stages import NAMES as STAGE_NAMES
 
-Handler = Callable[[argparse.Namespace], int]
-
 
 class UserError(StreamshiftError):
     """A command-line mistake; printed without a traceback, exit code 2."""
@@ -180,12 +178,47 @@ def _spark(flow_name: str, engine: bool = True):  # type: ignore[no-untyped-def]
 
 
 def _run_request(request) -> int:  # type: ignore[no-untyped-def]
-    """Check ``request`` without a JVM, then run it in a session (the engine's when it is up,
-    unless the job needs a JVM of its own) and print what it did. A reconciliation that found
-    breaks it was asked to fail on, or a quality run with a failing expectation, exits 1."""
-    from streamshift.engine.jobs.requests import BreaksFound, QualityFailed, check, run
+    """Check ``request`` without a JVM, then run it and print what it did: on the engine when it
+    is up (in a process its job runner made ready, when one answers: streamshift.local.runner),
+    unless the job needs a JVM of its own. A reconciliation that found breaks it was asked to
+    fail on, or a quality run with a failing expectation, exits 1."""
+    from streamshift.engine.jobs.requests import check
 
-    check(load_settings(), request)
+    settings = load_settings()
+    check(settings, request)
+    if not request.needs_jvm and settings.engine:
+        from streamshift.engine.spark import active_profile, engine_answers
+        from streamshift.local.runner import hand_over
+
+        # A spark-submit driver runs its job in its own session, never on the engine.
+        if active_profile() == "local" and engine_answers(settings):
+            status = hand_over(request, settings.engine)
+            if status is not None:
+                return status
+    return _run_checked(request)
+
+
+def run_handed_over(request) -> int:  # type: ignore[no-untyped-def]
+    """Run a checked ``request`` in a process of the engine's job runner, handling errors as
+    :func:`main` does: the command that handed it over exits with the status returned."""
+    import traceback
+
+    print(
+        f"[streamshift] running in process {os.getpid()}, made ready by the engine's job runner",
+        file=sys.stderr,
+    )
+    try:
+        return _handled(_run_checked, request)
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else 1
+    except Exception:  # noqa: BLE001 - a command's own process would print the traceback
+        traceback.print_exc()
+        return 1
+
+
+def _run_checked(request) -> int:  # type: ignore[no-untyped-def]
+    from streamshift.engine.jobs.requests import BreaksFound, QualityFailed, run
+
     settings, spark, _flow = _spark(request.flow, engine=not request.needs_jvm)
     try:
         print(run(spark, request, settings).describe())
@@ -1117,9 +1150,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    handler: Handler = args.handler
+    return _handled(args.handler, args)
+
+
+def _handled(handler: Callable[..., int], *args: object) -> int:
+    """``handler(*args)``'s exit status, a :class:`StreamshiftError` said as one line (2),
+    an interrupt 130; other errors are reported, then raised."""
     try:
-        return handler(args)
+        return handler(*args)
     except StreamshiftError as exc:
         print(f"streamshift: error: {exc}", file=sys.stderr)
         _report_error(str(exc), final=exc.final)

@@ -10,6 +10,7 @@ whose master is the cluster (README, "On a cluster"): this module only runs the 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -41,10 +42,17 @@ class EngineStatus:
     pid: int | None
     url: str
     log: Path
+    runner: bool = False  # its job runner runs and listens
 
     def describe(self) -> str:
         if self.running:
-            return f"running (pid {self.pid}) at {self.url}, log {self.log}"
+            runner = (
+                "its job runner ready"
+                if self.runner
+                else "no job runner (commands start their own client; `streamshift engine up` "
+                "starts one)"
+            )
+            return f"running (pid {self.pid}) at {self.url}, {runner}, log {self.log}"
         return f"stopped ({self.url}); start it with `streamshift engine up`"
 
 
@@ -104,23 +112,23 @@ class LocalEngine:
         ]
 
     def _record(self) -> tuple[int, int | None] | None:
-        try:
-            pid_text, _, start_text = self.pid_file.read_text().strip().partition(" ")
-            return int(pid_text), int(start_text) if start_text else None
-        except (OSError, ValueError):
-            return None
+        return _read_record(self.pid_file)
 
     def status(self) -> EngineStatus:
         record = self._record()
         running = record is not None and same_process(*record) and port_open(self.port)
         pid = record[0] if running and record else None
-        return EngineStatus(running, pid, self.url, self.log_file)
+        return EngineStatus(
+            running, pid, self.url, self.log_file, running and self.runner_running()
+        )
 
     def start(self, timeout: float = 180.0, progress=None) -> bool:  # type: ignore[no-untyped-def]
         """Start the engine and wait until it answers a query. False if it already ran."""
         from streamshift.engine.spark import submit_env
 
         if self.status().running:
+            if not self.runner_running():
+                self._start_runner()
             return False
         if port_open(self.port):
             raise EngineError(
@@ -130,16 +138,7 @@ class LocalEngine:
         self.folder.mkdir(parents=True, exist_ok=True)
         env = submit_env(self.settings.home)
         env.pop("SPARK_SUBMIT_OPTS", None)
-        with open(self.log_file, "ab") as log:
-            process = subprocess.Popen(
-                self.command(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                env=env,
-            )
-        self.pid_file.write_text(f"{process.pid} {process_start(process.pid) or ''}".strip())
+        process = _spawn(self.command(), env, self.log_file, self.pid_file)
         deadline, said = time.monotonic() + timeout, False
         while time.monotonic() < deadline:
             if process.poll() is not None:
@@ -150,6 +149,7 @@ class LocalEngine:
                 )
             if port_open(self.port):
                 self._warm()
+                self._start_runner()
                 return True
             if progress and not said:
                 progress("waiting for the engine to listen (a JVM start, once) ...")
@@ -173,8 +173,47 @@ class LocalEngine:
         finally:
             spark.stop()
 
+    @property
+    def runner_pid_file(self) -> Path:
+        return self.folder / "runner.pid"
+
+    def runner_running(self) -> bool:
+        """Whether the engine's job runner runs and listens."""
+        from streamshift.local.runner import socket_path
+
+        record = _read_record(self.runner_pid_file)
+        return record is not None and same_process(*record) and socket_path(self.port).exists()
+
+    def _start_runner(self, timeout: float = 60.0) -> None:
+        """The job runner beside the engine (streamshift.local.runner): commands hand it their
+        jobs. It is ready once its socket exists."""
+        from streamshift.local.runner import socket_path
+
+        self._stop_runner()
+        path = socket_path(self.port)
+        path.unlink(missing_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
+        command = [sys.executable, "-m", "streamshift.local.runner", self.url]
+        process = _spawn(command, env, self.folder / "runner.log", self.runner_pid_file)
+        deadline = time.monotonic() + timeout
+        while not path.exists():
+            if process.poll() is not None or time.monotonic() > deadline:
+                self._stop_runner()
+                raise EngineError(
+                    "the engine's job runner did not start; see "
+                    f"{self.folder / 'runner.log'}:\n" + tail(self.folder / "runner.log")
+                )
+            time.sleep(0.1)
+
+    def _stop_runner(self) -> None:
+        record = _read_record(self.runner_pid_file)
+        if record is not None and same_process(*record):
+            terminate(record[0], 10.0)
+        self.runner_pid_file.unlink(missing_ok=True)
+
     def stop(self, timeout: float = 60.0) -> bool:
         """Stop the engine (SIGTERM, then SIGKILL after ``timeout``). False if not running."""
+        self._stop_runner()
         record = self._record()
         if record is None or not same_process(*record):
             self.pid_file.unlink(missing_ok=True)
@@ -182,3 +221,28 @@ class LocalEngine:
         terminate(record[0], timeout)
         self.pid_file.unlink(missing_ok=True)
         return True
+
+
+def _spawn(command: list[str], env: dict[str, str], log: Path, pid_file: Path) -> subprocess.Popen:
+    """``command`` in a session of its own, its output appended to ``log``; its pid and start
+    recorded in ``pid_file``."""
+    with open(log, "ab") as out:
+        process = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
+    pid_file.write_text(f"{process.pid} {process_start(process.pid) or ''}".strip())
+    return process
+
+
+def _read_record(pid_file: Path) -> tuple[int, int | None] | None:
+    """(pid, start) from a file :func:`_spawn` wrote; None without one."""
+    try:
+        pid_text, _, start_text = pid_file.read_text().strip().partition(" ")
+        return int(pid_text), int(start_text) if start_text else None
+    except (OSError, ValueError):
+        return None

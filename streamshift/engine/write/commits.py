@@ -82,6 +82,20 @@ class _Faults:
 
 
 _faults = _Faults()
+# Every table this process committed to (the job runner warms their state afterwards).
+_written: set[str] = set()
+
+
+def reset_faults() -> None:
+    """Read the fault-injection settings from the environment again (a process forked to run
+    a job takes on the environment of the command it runs for)."""
+    global _faults
+    _faults = _Faults()
+
+
+def tables_written() -> list[str]:
+    """The Delta tables this process committed to through this module."""
+    return sorted(_written)
 
 
 def kill_after(commits: int | None) -> None:
@@ -148,6 +162,7 @@ def merge_into(
     # In the source's own session: a stream's micro-batch frame lives in a session of its
     # own, where the statement's view of it is registered.
     row = source.sparkSession.sql(template, source=source).first()
+    _written.add(path)
     _faults.after(f"MERGE into {path}")
     return {k: int(v or 0) for k, v in row.asDict().items()} if row is not None else {}
 
@@ -156,4 +171,5 @@ def append(frame: DataFrame, path: str) -> None:
     """Append ``frame`` to the Delta table at ``path`` (one commit)."""
     _faults.before()
     frame.write.format("delta").mode("append").save(path)
+    _written.add(path)
     _faults.after(f"append to {path}")

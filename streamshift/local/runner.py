@@ -1,0 +1,431 @@
+"""The local engine's job runner: a command's job runs in a process that is ready before the
+command starts.
+
+A command that runs a job on the engine spends a second or so of its own around the job:
+importing PySpark's Connect client (with pandas, pyarrow and gRPC) and the write path,
+opening a Connect session, closing it. The runner, started with the local engine, keeps one
+process ready with all of that done. A command (``_run_request`` in the CLI) checks its
+request as before, then hands the runner the request, its environment, its working folder and
+its stdout and stderr (the descriptors themselves, over a Unix socket), and exits with the
+status the runner sends back.
+
+Each request runs in a process of its own, forked from the runner (which holds the imports
+and nothing else: no session, no thread), so the job's process stays what it was: the
+command's Ctrl-C and SIGTERM reach it, it is SIGKILLed when the command's connection drops
+(a killed command), and the fault-injection exit (``STREAMSHIFT_KILL_AFTER_COMMITS``) ends it
+with the status a killed command has. Once it has answered, the job's process computes the
+state of the Delta tables it committed to (``DESCRIBE DETAIL``) while the engine is otherwise
+idle, so that the next job's MERGE into them finds the state of their latest version
+computed; then it exits.
+
+A command runs the job in a Connect session of its own, as without a runner, when none
+answers: no runner started, an engine on another host, or no process ready within
+:data:`HAND_OVER_SECONDS`. The socket lives in a folder only its user can enter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from streamshift.spec.requests import JobRequest
+
+# How long a command waits for a ready process before running the job itself.
+HAND_OVER_SECONDS = 20.0
+# How long the runner waits after a process died before it was ready (the engine down?).
+RESTART_BACKOFF_SECONDS = 2.0
+_HEADER = struct.Struct("!I")
+
+
+def socket_path(port: int) -> Path:
+    """Where the runner of the local engine on ``port`` listens."""
+    return Path(tempfile.gettempdir()) / f"streamshift-{os.getuid()}" / f"runner-{port}.sock"
+
+
+# -- the command's side (JVM-free, no heavy imports) ---------------------------------------
+
+
+def hand_over(request: JobRequest, engine_url: str) -> int | None:
+    """Run ``request`` in the runner of the local engine at ``engine_url``: the job's exit
+    status, or None when no runner took it (the caller runs it itself)."""
+    from streamshift.engine.spark import engine_address  # module of plain functions
+
+    host, port = engine_address(engine_url)
+    path = socket_path(port)
+    if host not in {"127.0.0.1", "localhost"} or not path.exists():
+        return None
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(str(path))
+        header = json.dumps(
+            {
+                "request": request.to_json(),
+                "env": dict(os.environ),
+                "cwd": os.getcwd(),
+                "engine": engine_url,
+            }
+        ).encode()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        socket.send_fds(conn, [_HEADER.pack(len(header)) + header], [1, 2])
+        conn.settimeout(HAND_OVER_SECONDS)
+        if _read_line(conn) != "ok":
+            conn.close()
+            return None
+    except OSError:  # no runner listening, or none ready in time
+        conn.close()
+        return None
+    conn.settimeout(None)
+    return _await_status(conn)
+
+
+def _await_status(conn: socket.socket) -> int:
+    """Forward the command's signals to the job's process until its status arrives."""
+
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            conn.sendall(f"sig {signum}\n".encode())
+        except OSError:
+            pass
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        line = _read_line(conn)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        conn.close()
+    if line.startswith("rc "):
+        return int(line[3:])
+    print(
+        "streamshift: error: the engine's job runner ended before the job did; run the "
+        "command again (see the runner's log under STREAMSHIFT_HOME/engine of the engine)",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _read_line(conn: socket.socket) -> str:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(64)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode().strip()
+
+
+# -- the runner ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Child:
+    pid: int
+    control: socket.socket
+    client: socket.socket | None = None  # once it took a command
+    answered: bool = False
+    started: float = field(default_factory=time.monotonic)
+
+
+class Runner:
+    """The runner's parent process: keeps a process ready, relays each job's status."""
+
+    def __init__(self, url: str, path: Path) -> None:
+        self.url = url
+        self.path = path
+        self.selector = selectors.DefaultSelector()
+        self.children: dict[int, _Child] = {}
+        self.ready: _Child | None = None
+        self.stopping = False
+        self.not_before = 0.0
+
+    def serve(self) -> None:
+        _preload()
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.path.parent, 0o700)
+        self.path.unlink(missing_ok=True)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(self.path))
+        self.listener.listen(16)
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
+        self.selector.register(wake_r, selectors.EVENT_READ, "wake")
+        print(f"[runner] serving {self.url} at {self.path}", flush=True)
+        try:
+            while not self.stopping:
+                self._keep_one_ready()
+                for key, _ in self.selector.select(timeout=1.0):
+                    self._on_event(key.data, key.fileobj)
+                self._reap()
+        finally:
+            self.path.unlink(missing_ok=True)
+            for child in list(self.children.values()):
+                _kill(child.pid, signal.SIGTERM)
+            self._reap(wait=5.0)
+
+    def _stop(self, *_: object) -> None:
+        self.stopping = True
+
+    def _keep_one_ready(self) -> None:
+        """A ready process when idle, or when a command waits and none is ready."""
+        if self.ready is not None or time.monotonic() < self.not_before:
+            return
+        busy = any(c.client is not None for c in self.children.values())
+        if busy and not _readable(self.listener):
+            return
+        self.ready = self._fork()
+
+    def _fork(self) -> _Child:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the job's process: never returns
+            ours.close()
+            _child_main(self.listener, theirs, self.url, os.getppid())
+        theirs.close()
+        child = _Child(pid, ours)
+        self.children[pid] = child
+        self.selector.register(ours, selectors.EVENT_READ, ("control", pid))
+        return child
+
+    def _on_event(self, data: object, fileobj: object) -> None:
+        if data == "wake":
+            try:
+                os.read(fileobj, 512)  # type: ignore[arg-type]
+            except BlockingIOError:
+                pass
+            return
+        kind, pid = data  # type: ignore[misc]
+        child = self.children.get(pid)
+        if child is None:
+            return
+        if kind == "control":
+            self._from_child(child)
+        else:
+            self._from_command(child)
+
+    def _from_child(self, child: _Child) -> None:
+        try:
+            message, fds, _flags, _addr = socket.recv_fds(child.control, 64, 1)
+        except OSError:
+            message, fds = b"", []
+        if not message:  # the process exited; _reap relays its status
+            self.selector.unregister(child.control)
+            child.control.close()
+            return
+        if message == b"taken" and fds:
+            child.client = socket.socket(fileno=fds[0])
+            self.selector.register(child.client, selectors.EVENT_READ, ("command", child.pid))
+            if self.ready is child:
+                self.ready = None
+        elif message.startswith(b"rc:"):
+            self._answer(child, int(message[3:]))
+
+    def _from_command(self, child: _Child) -> None:
+        assert child.client is not None
+        try:
+            data = child.client.recv(64)
+        except OSError:
+            data = b""
+        if not data:  # the command is gone (killed): so is its job
+            self._drop_client(child)
+            if not child.answered:
+                _kill(child.pid, signal.SIGKILL)
+            return
+        for line in data.decode(errors="replace").splitlines():
+            if line.startswith("sig ") and line[4:].isdigit() and not child.answered:
+                _kill(child.pid, int(line[4:]))
+
+    def _answer(self, child: _Child, status: int) -> None:
+        if child.answered:
+            return
+        child.answered = True
+        if child.client is not None:
+            try:
+                child.client.sendall(f"rc {status}\n".encode())
+            except OSError:
+                pass
+            self._drop_client(child)
+
+    def _drop_client(self, child: _Child) -> None:
+        if child.client is not None:
+            self.selector.unregister(child.client)
+            child.client.close()
+            child.client = None
+
+    def _reap(self, wait: float = 0.0) -> None:
+        deadline = time.monotonic() + wait
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                if time.monotonic() >= deadline:
+                    return
+                time.sleep(0.05)
+                continue
+            child = self.children.pop(pid, None)
+            if child is None:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            self._answer(child, code if code >= 0 else 128 - code)
+            if child.control.fileno() != -1:
+                self.selector.unregister(child.control)
+                child.control.close()
+            if self.ready is child:  # died before taking a command: the engine down?
+                self.ready = None
+                self.not_before = time.monotonic() + RESTART_BACKOFF_SECONDS
+                if not self.stopping:
+                    print(f"[runner] a ready process exited ({code}); starting another", flush=True)
+
+
+def _readable(sock: socket.socket) -> bool:
+    with selectors.DefaultSelector() as probe:
+        probe.register(sock, selectors.EVENT_READ)
+        return bool(probe.select(timeout=0))
+
+
+def _kill(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _preload() -> None:
+    """What every job's process would import: done once, shared by every fork."""
+
+    from streamshift.spec.registry import flow_names, get_flow
+
+    for name in flow_names():
+        get_flow(name)
+
+
+def _child_main(
+    listener: socket.socket, control: socket.socket, url: str, parent: int
+) -> None:  # pragma: no cover - runs in the forked process
+    status = 0
+    try:
+        signal.set_wakeup_fd(-1)
+        for s in (signal.SIGCHLD, signal.SIGTERM):
+            signal.signal(s, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        status = _serve_one(listener, control, url, parent)
+    except BaseException:  # noqa: BLE001 - the process ends here whatever happened
+        import traceback
+
+        traceback.print_exc()
+        status = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+
+
+def _serve_one(listener: socket.socket, control: socket.socket, url: str, parent: int) -> int:
+    from streamshift.engine.spark import CONNECT_CLIENT_VARIABLES, connect_session
+
+    spark = connect_session(url)
+    control.send(b"ready")
+    conn, _ = listener.accept()
+    listener.close()
+    if os.getppid() != parent:  # the runner is gone: let the command run the job itself
+        conn.close()
+        return 0
+    header = _receive(conn)
+    if header is None:  # the command gave up waiting
+        conn.close()
+        return 0
+    data, (out, err) = header
+    socket.send_fds(control, [b"taken"], [conn.fileno()])
+    conn.sendall(b"ok\n")
+    conn.close()
+    # The command's environment and folder; the Connect client's marks stay.
+    marks = {k: os.environ[k] for k in CONNECT_CLIENT_VARIABLES if k in os.environ}
+    os.environ.clear()
+    os.environ.update(data["env"])
+    os.environ.update(marks)
+    os.chdir(data["cwd"])
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    os.close(out)
+    os.close(err)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+
+    from streamshift.cli import run_handed_over
+    from streamshift.engine.write.commits import reset_faults, tables_written
+    from streamshift.spec.requests import JobRequest
+    from streamshift.spec.sqltext import delta_path
+
+    reset_faults()  # read from the command's environment, as its own process would
+    status = run_handed_over(JobRequest.from_json(data["request"]))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    control.send(f"rc:{status}".encode())
+    # The command has its answer: its output is closed, and the engine warms what was written.
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    for path in tables_written():
+        with contextlib.suppress(Exception):  # a table dropped meanwhile: nothing to warm
+            spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").collect()
+    spark.stop()
+    return status
+
+
+def _receive(conn: socket.socket) -> tuple[dict, tuple[int, int]] | None:
+    conn.settimeout(HAND_OVER_SECONDS)
+    try:
+        first, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, 2)
+        if len(fds) != 2 or len(first) < _HEADER.size:
+            return None
+        (size,) = _HEADER.unpack(first[: _HEADER.size])
+        body = first[_HEADER.size :]
+        while len(body) < size:
+            chunk = conn.recv(size - len(body))
+            if not chunk:
+                return None
+            body += chunk
+    except OSError:
+        return None
+    conn.settimeout(None)
+    return json.loads(body), (fds[0], fds[1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m streamshift.local.runner",
+        description="The local engine's job runner (started and stopped with the engine).",
+    )
+    parser.add_argument("url", help="the engine's Spark Connect URL, sc://127.0.0.1:<port>")
+    args = parser.parse_args(argv)
+    from streamshift.engine.spark import engine_address
+
+    _host, port = engine_address(args.url)
+    Runner(args.url, socket_path(port)).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""The engine's job runner (streamshift.local.runner): a command hands its checked request to a
+process the runner made ready, which runs the job with the command's environment, folder and
+output; the command exits with the job's status, its signals reach the job, and a killed
+command takes its job down. On the suite's engine, real Delta tables."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from flows.trades import FLOW
+from streamshift.spec.catalog import LayerTables
+from streamshift.spec.requests import EodRequest
+from streamshift.store.processes import free_port, pid_alive
+from streamshift.store.tables import rows
+from tests.cli_support import CLI, cli_env, run_cli, suite_engine
+from tests.trades_data import trade
+
+pytestmark = pytest.mark.skipif(
+    not suite_engine(), reason="the suite runs without its engine (TESTS_ENGINE=off)"
+)
+
+DAY = dt.date(2026, 11, 20)
+JOB_PROCESS = re.compile(r"running in process (\d+), made ready by the engine's job runner")
+
+
+def _file(path: Path, trades: list[tuple[str, int, int]]) -> Path:
+    """A trades EOD file of (trade id, version, quantity) rows, all BUY of one instrument."""
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow([f.name for f in FLOW.schema.fields])
+        for trade_id, version, quantity in trades:
+            writer.writerow(trade(trade_id, version, quantity=quantity)[:11])
+    return path
+
+
+def _job_process(stderr: str) -> int:
+    found = JOB_PROCESS.search(stderr)
+    assert found, f"the job did not run in the runner's process:\n{stderr}"
+    return int(found.group(1))
+
+
+def _positions(home: Path) -> int:
+    table = LayerTables(home / "warehouse", FLOW, "batch").view("positions")
+    return sum(r["net_quantity"] for r in rows(table, where=[("business_date", "=", DAY)]))
+
+
+def _started(env: dict[str, str], file: Path, cwd: Path) -> tuple[subprocess.Popen[str], int]:
+    """A correction's command, once its job is applying: the command and the job's process."""
+    args = ["eod", "--flow", "trades", "--date", str(DAY), "--file", file.name]
+    process = subprocess.Popen(
+        [*CLI, *args], env=env, cwd=cwd, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert process.stderr is not None
+    said = ""
+    for line in process.stderr:
+        said += line
+        if "applying changes" in line:
+            return process, _job_process(said)
+    raise AssertionError(f"the job never applied:\n{said}")
+
+
+def _gone(pid: int, within: float = 30.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_handed_over_job_has_the_commands_folder_output_status_and_signals(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    env = cli_env(home, file_stable_seconds="0")
+    _file(tmp_path / "day.csv", [(f"T-{i}", 1, 100 + i) for i in range(5)])
+
+    # The file by a path relative to the command's folder; the job's output is the command's.
+    load = run_cli(home, "eod", "--flow", "trades", "--date", str(DAY), "--file", "day.csv",
+                   env=env, cwd=tmp_path)  # fmt: skip
+    assert load.returncode == 0, load.stderr
+    job = _job_process(load.stderr)
+    assert job != os.getpid()
+    assert "5 rows: 5 accepted" in load.stdout
+    assert _positions(home) == sum(100 + i for i in range(5))
+
+    # An error the job raises (a replacement none of whose rows is of the day) exits 2 with
+    # the job's one-line error.
+    with open(tmp_path / "other_day.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow([f.name for f in FLOW.schema.fields])
+        writer.writerow(trade("T-9", 1, date="2026-11-19")[:11])
+    bad = run_cli(home, "eod", "--flow", "trades", "--date", str(DAY), "--file", "other_day.csv",
+                  "--mode", "replace", env=env, cwd=tmp_path)  # fmt: skip
+    assert bad.returncode == 2, bad.stderr
+    _job_process(bad.stderr)
+    assert f"no row of the file is dated {DAY}" in bad.stderr and "Traceback" not in bad.stderr
+    assert _positions(home) == sum(100 + i for i in range(5))
+
+    # Ctrl-C reaches the job: interrupted, status 130, and nothing half-applied that the same
+    # command run again does not repair.
+    fix = _file(tmp_path / "fix.csv", [("T-0", 2, 1000)])
+    process, pid = _started(env, fix, tmp_path)
+    process.send_signal(signal.SIGINT)
+    _out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    assert "streamshift: interrupted" in err
+    assert _gone(pid, within=5.0)
+    again = run_cli(home, "eod", "--flow", "trades", "--date", str(DAY), "--file", "fix.csv",
+                    env=env, cwd=tmp_path)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert _positions(home) == 1000 + sum(100 + i for i in range(1, 5))
+
+    # The fault-injection exit ends the job's process as it ends a command: status 137.
+    env_kill = {**env, "STREAMSHIFT_KILL_AFTER_COMMITS": "1"}
+    killed = run_cli(home, "eod", "--flow", "trades", "--date", str(DAY), "--file",
+                     str(_file(tmp_path / "fix3.csv", [("T-1", 2, 7)])), env=env_kill)  # fmt: skip
+    assert killed.returncode == 137, killed.stderr
+    assert "[fault] exiting after commit 1" in killed.stderr
+    assert not pid_alive(_job_process(killed.stderr))
+
+
+def test_a_killed_command_takes_its_job_down(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = cli_env(home, file_stable_seconds="0")
+    day = _file(tmp_path / "day.csv", [(f"T-{i}", 1, 10) for i in range(3)])
+    assert run_cli(home, "eod", "--flow", "trades", "--date", str(DAY), "--file", str(day),
+                   env=env).returncode == 0  # fmt: skip
+    # A correction with a few thousand new trades: its apply outlasts the moment it is killed.
+    fix = [("T-0", 2, 50), *((f"N-{i}", 1, 1) for i in range(3000))]
+    process, pid = _started(env, _file(tmp_path / "fix.csv", fix), tmp_path)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=60)
+    assert _gone(pid, within=1.5), f"the job's process {pid} outlived its killed command"
+    # The same correction again: applied once, whatever the killed job committed.
+    again = run_cli(home, "eod", "--flow", "trades", "--date", str(DAY), "--file",
+                    str(tmp_path / "fix.csv"), env=env)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert _positions(home) == 50 + 10 + 10 + 3000
+
+
+def test_no_runner_listening_leaves_the_job_to_the_command(tmp_path: Path) -> None:
+    from streamshift.local.runner import hand_over
+
+    request = EodRequest("trades", DAY, tmp_path / "day.csv")
+    assert hand_over(request, f"sc://127.0.0.1:{free_port()}") is None
+    assert hand_over(request, "sc://engine.example:15002") is None
