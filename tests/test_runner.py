@@ -154,3 +154,23 @@ def test_no_runner_listening_leaves_the_job_to_the_command(tmp_path: Path) -> No
     request = EodRequest("trades", DAY, tmp_path / "day.csv")
     assert hand_over(request, f"sc://127.0.0.1:{free_port()}") is None
     assert hand_over(request, "sc://engine.example:15002") is None
+
+
+def test_a_command_hands_over_only_to_a_socket_in_a_folder_of_its_own(tmp_path: Path) -> None:
+    import socket
+
+    from streamshift.local.runner import _ours
+
+    folder = tmp_path / "runner"
+    folder.mkdir(mode=0o700)
+    os.chmod(folder, 0o700)
+    path = folder / "runner-1.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    try:
+        assert _ours(path)
+        os.chmod(folder, 0o755)  # another user could have put it there
+        assert not _ours(path)
+        assert not _ours(folder / "runner-2.sock")
+    finally:
+        listener.close()

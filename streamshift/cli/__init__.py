@@ -776,8 +776,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Start, stop or inspect the local warm engine: Spark's Spark Connect "
         "server with Delta and the kit's jars, at STREAMSHIFT_ENGINE. While it is up, eod, "
         "reconcile, close, replay, promote and quality run on it and start no JVM of their "
-        "own; while it is down they start a local Spark session. Its log is "
-        "STREAMSHIFT_HOME/engine/engine.log.",
+        "own: each hands its job to the engine's job runner, which keeps a process ready with "
+        "a session open. While it is down they start a local Spark session. Its logs are "
+        "STREAMSHIFT_HOME/engine/engine.log and runner.log.",
     )
     p.add_argument("action", choices=["up", "down", "status"])
     p.set_defaults(handler=_cmd_engine)

@@ -64,7 +64,7 @@ def hand_over(request: JobRequest, engine_url: str) -> int | None:
 
     host, port = engine_address(engine_url)
     path = socket_path(port)
-    if host not in {"127.0.0.1", "localhost"} or not path.exists():
+    if host not in {"127.0.0.1", "localhost"} or not _ours(path):
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -89,6 +89,16 @@ def hand_over(request: JobRequest, engine_url: str) -> int | None:
         return None
     conn.settimeout(None)
     return _await_status(conn)
+
+
+def _ours(path: Path) -> bool:
+    """Whether ``path`` is a socket in a folder only this user can enter (the command hands
+    over its environment and its output: never to another user's process)."""
+    try:
+        folder = path.parent.stat()
+        return path.is_socket() and folder.st_uid == os.getuid() and not folder.st_mode & 0o077
+    except OSError:
+        return False
 
 
 def _await_status(conn: socket.socket) -> int:
