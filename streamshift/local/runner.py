@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 HAND_OVER_SECONDS = 20.0
 # How long the runner waits after a process died before it was ready (the engine down?).
 RESTART_BACKOFF_SECONDS = 2.0
+# How often a ready process, waiting for a command, keeps its engine session open.
+KEEPALIVE_SECONDS = 300.0
 _HEADER = struct.Struct("!I")
 
 
@@ -355,8 +357,17 @@ def _serve_one(listener: socket.socket, control: socket.socket, url: str, parent
     from streamshift.engine.spark import CONNECT_CLIENT_VARIABLES, connect_session
 
     spark = connect_session(url)
+    spark.conf.get("spark.sql.session.timeZone")  # the session opened on the engine
     control.send(b"ready")
-    conn, _ = listener.accept()
+    # Waiting may take hours (until the next command); the engine closes a session idle for
+    # long, so the ready one speaks to it every few minutes.
+    listener.settimeout(KEEPALIVE_SECONDS)
+    while True:
+        try:
+            conn, _ = listener.accept()
+            break
+        except TimeoutError:
+            spark.conf.get("spark.sql.session.timeZone")
     listener.close()
     if os.getppid() != parent:  # the runner is gone: let the command run the job itself
         conn.close()
