@@ -148,6 +148,27 @@ def test_a_killed_command_takes_its_job_down(tmp_path: Path) -> None:
     assert _positions(home) == 50 + 10 + 10 + 3000
 
 
+def test_commands_at_once_each_get_a_process_of_their_own(tmp_path: Path) -> None:
+    """The runner keeps one process ready; a second command arriving while the first runs gets
+    one made for it. Each job writes its own home, as its file says."""
+    commands = []
+    for n in range(2):
+        home = tmp_path / f"home-{n}"
+        file = _file(tmp_path / f"day-{n}.csv", [(f"T-{i}", 1, 10 * (n + 1)) for i in range(4)])
+        args = ["eod", "--flow", "trades", "--date", str(DAY), "--file", str(file)]
+        env = cli_env(home, file_stable_seconds="0")
+        commands.append(
+            (home, subprocess.Popen([*CLI, *args], env=env, stderr=subprocess.PIPE, text=True))
+        )
+    processes = set()
+    for home, command in commands:
+        _out, err = command.communicate(timeout=300)
+        assert command.returncode == 0, err
+        processes.add(_job_process(err))
+    assert len(processes) == 2
+    assert [_positions(home) for home, _ in commands] == [40, 80]
+
+
 def test_no_runner_listening_leaves_the_job_to_the_command(tmp_path: Path) -> None:
     from streamshift.local.runner import hand_over
 
