@@ -35,7 +35,8 @@ import struct
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,8 +45,10 @@ if TYPE_CHECKING:
 
 # How long a command waits for a ready process before running the job itself.
 HAND_OVER_SECONDS = 20.0
-# How long the runner waits after a process died before it was ready (the engine down?).
+# How long the runner waits after a process died before it was ready (the engine down?):
+# doubled on each such death in a row, up to the most.
 RESTART_BACKOFF_SECONDS = 2.0
+RESTART_BACKOFF_MOST_SECONDS = 60.0
 # How often a ready process, waiting for a command, keeps its engine session open.
 KEEPALIVE_SECONDS = 300.0
 _HEADER = struct.Struct("!I")
@@ -81,7 +84,9 @@ def hand_over(request: JobRequest, engine_url: str) -> int | None:
         ).encode()
         sys.stdout.flush()
         sys.stderr.flush()
-        socket.send_fds(conn, [_HEADER.pack(len(header)) + header], [1, 2])
+        message = _HEADER.pack(len(header)) + header
+        sent = socket.send_fds(conn, [message], [1, 2])
+        conn.sendall(message[sent:])
         conn.settimeout(HAND_OVER_SECONDS)
         if _read_line(conn) != "ok":
             conn.close()
@@ -148,7 +153,6 @@ class _Child:
     control: socket.socket
     client: socket.socket | None = None  # once it took a command
     answered: bool = False
-    started: float = field(default_factory=time.monotonic)
 
 
 class Runner:
@@ -162,6 +166,7 @@ class Runner:
         self.ready: _Child | None = None
         self.stopping = False
         self.not_before = 0.0
+        self.backoff = RESTART_BACKOFF_SECONDS
 
     def serve(self) -> None:
         _preload()
@@ -184,7 +189,10 @@ class Runner:
             while not self.stopping:
                 self._keep_one_ready()
                 for key, _ in self.selector.select(timeout=1.0):
-                    self._on_event(key.data, key.fileobj)
+                    try:
+                        self._on_event(key.data, key.fileobj)
+                    except Exception:  # noqa: BLE001 - one bad exchange must not end the others
+                        traceback.print_exc()
                 self._reap()
         finally:
             self.path.unlink(missing_ok=True)
@@ -240,10 +248,11 @@ class Runner:
         except OSError:
             message, fds = b"", []
         if not message:  # the process exited; _reap relays its status
-            self.selector.unregister(child.control)
-            child.control.close()
+            self._forget(child.control)
             return
-        if message == b"taken" and fds:
+        if message == b"ready":
+            self.backoff = RESTART_BACKOFF_SECONDS
+        elif message == b"taken" and fds:
             child.client = socket.socket(fileno=fds[0])
             self.selector.register(child.client, selectors.EVENT_READ, ("command", child.pid))
             if self.ready is child:
@@ -279,9 +288,14 @@ class Runner:
 
     def _drop_client(self, child: _Child) -> None:
         if child.client is not None:
-            self.selector.unregister(child.client)
-            child.client.close()
+            self._forget(child.client)
             child.client = None
+
+    def _forget(self, sock: socket.socket) -> None:
+        if sock.fileno() != -1:
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(sock)
+            sock.close()
 
     def _reap(self, wait: float = 0.0) -> None:
         deadline = time.monotonic() + wait
@@ -298,14 +312,16 @@ class Runner:
             child = self.children.pop(pid, None)
             if child is None:
                 continue
+            # What it said before it died (a command taken, its status) comes first.
+            while child.control.fileno() != -1 and _readable(child.control):
+                self._from_child(child)
             code = os.waitstatus_to_exitcode(status)
             self._answer(child, code if code >= 0 else 128 - code)
-            if child.control.fileno() != -1:
-                self.selector.unregister(child.control)
-                child.control.close()
+            self._forget(child.control)
             if self.ready is child:  # died before taking a command: the engine down?
                 self.ready = None
-                self.not_before = time.monotonic() + RESTART_BACKOFF_SECONDS
+                self.not_before = time.monotonic() + self.backoff
+                self.backoff = min(self.backoff * 2, RESTART_BACKOFF_MOST_SECONDS)
                 if not self.stopping:
                     print(f"[runner] a ready process exited ({code}); starting another", flush=True)
 
@@ -343,8 +359,6 @@ def _child_main(
         signal.signal(signal.SIGINT, signal.default_int_handler)
         status = _serve_one(listener, control, url, parent)
     except BaseException:  # noqa: BLE001 - the process ends here whatever happened
-        import traceback
-
         traceback.print_exc()
         status = 1
     finally:
