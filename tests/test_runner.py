@@ -11,12 +11,15 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from flows.trades import FLOW
+from streamshift.engine.spark import engine_address
+from streamshift.local.runner import socket_path
 from streamshift.spec.catalog import LayerTables
 from streamshift.spec.requests import EodRequest
 from streamshift.store.processes import free_port, pid_alive
@@ -195,3 +198,17 @@ def test_a_command_hands_over_only_to_a_socket_in_a_folder_of_its_own(tmp_path: 
         assert not _ours(folder / "runner-2.sock")
     finally:
         listener.close()
+
+
+def test_a_runner_whose_engine_is_gone_stops() -> None:
+    url = f"sc://127.0.0.1:{free_port()}"
+    done = subprocess.run(
+        [sys.executable, "-m", "streamshift.local.runner", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"the engine at {url} is gone; stopping" in done.stdout
+    assert not socket_path(engine_address(url)[1]).exists()

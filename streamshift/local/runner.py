@@ -322,8 +322,20 @@ class Runner:
                 self.ready = None
                 self.not_before = time.monotonic() + self.backoff
                 self.backoff = min(self.backoff * 2, RESTART_BACKOFF_MOST_SECONDS)
-                if not self.stopping:
-                    print(f"[runner] a ready process exited ({code}); starting another", flush=True)
+                if self.stopping:
+                    continue
+                if not self._engine_listens():
+                    print(f"[runner] the engine at {self.url} is gone; stopping", flush=True)
+                    self.stopping = True
+                    continue
+                print(f"[runner] a ready process exited ({code}); starting another", flush=True)
+
+    def _engine_listens(self) -> bool:
+        from streamshift.engine.spark import engine_address
+        from streamshift.store.processes import port_open
+
+        host, port = engine_address(self.url)
+        return port_open(port, host)
 
 
 def _readable(sock: socket.socket) -> bool:
@@ -368,8 +380,12 @@ def _child_main(
 
 
 def _serve_one(listener: socket.socket, control: socket.socket, url: str, parent: int) -> int:
-    from streamshift.engine.spark import CONNECT_CLIENT_VARIABLES, connect_session
+    from streamshift.engine.spark import CONNECT_CLIENT_VARIABLES, connect_session, engine_address
+    from streamshift.store.processes import port_open
 
+    host, port = engine_address(url)
+    if not port_open(port, host):  # the engine is gone: the runner stops (Runner._reap)
+        return 1
     spark = connect_session(url)
     spark.conf.get("spark.sql.session.timeZone")  # the session opened on the engine
     control.send(b"ready")
