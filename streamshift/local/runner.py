@@ -75,12 +75,7 @@ def hand_over(request: JobRequest, engine_url: str) -> int | None:
     try:
         conn.connect(str(path))
         header = json.dumps(
-            {
-                "request": request.to_json(),
-                "env": dict(os.environ),
-                "cwd": os.getcwd(),
-                "engine": engine_url,
-            }
+            {"request": request.to_json(), "env": dict(os.environ), "cwd": os.getcwd()}
         ).encode()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -351,10 +346,22 @@ def _kill(pid: int, signum: int) -> None:
         pass
 
 
+# What every job's process imports: done once in the runner, shared by every fork.
+PRELOADED = (
+    "pyspark.sql.connect.session",
+    "pyspark.sql.connect.functions",
+    "streamshift.cli",
+    "streamshift.engine.jobs.requests",
+)
+
+
 def _preload() -> None:
-    """What every job's process would import: done once, shared by every fork."""
+    import importlib
 
     from streamshift.spec.registry import flow_names, get_flow
+
+    for module in PRELOADED:
+        importlib.import_module(module)
 
     for name in flow_names():
         get_flow(name)
