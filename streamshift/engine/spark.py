@@ -158,11 +158,14 @@ def engine_address(url: str) -> tuple[str, int]:
 
 def engine_answers(settings: Settings) -> bool:
     """Whether the engine the settings name listens (a TCP connect, no session)."""
+    return bool(settings.engine) and address_answers(settings.engine)
+
+
+def address_answers(url: str) -> bool:
+    """Whether something listens at a Spark Connect URL's host and port (a TCP connect)."""
     from streamshift.store.processes import port_open
 
-    if not settings.engine:
-        return False
-    host, port = engine_address(settings.engine)
+    host, port = engine_address(url)
     return port_open(port, host)
 
 

@@ -66,10 +66,11 @@ def hand_over(request: JobRequest, engine_url: str) -> int | None:
     """Run ``request`` in the runner of the local engine at ``engine_url``: the job's exit
     status, or None when no runner took it (the caller runs it itself)."""
     from streamshift.engine.spark import engine_address  # module of plain functions
+    from streamshift.local.engine import LOOPBACK
 
     host, port = engine_address(engine_url)
     path = socket_path(port)
-    if host not in {"127.0.0.1", "localhost"} or not _ours(path):
+    if host not in LOOPBACK or not _ours(path):
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -313,24 +314,24 @@ class Runner:
             code = os.waitstatus_to_exitcode(status)
             self._answer(child, code if code >= 0 else 128 - code)
             self._forget(child.control)
-            if self.ready is child:  # died before taking a command: the engine down?
-                self.ready = None
-                self.not_before = time.monotonic() + self.backoff
-                self.backoff = min(self.backoff * 2, RESTART_BACKOFF_MOST_SECONDS)
-                if self.stopping:
-                    continue
-                if not self._engine_listens():
-                    print(f"[runner] the engine at {self.url} is gone; stopping", flush=True)
-                    self.stopping = True
-                    continue
-                print(f"[runner] a ready process exited ({code}); starting another", flush=True)
+            if self.ready is child:
+                self._ready_died(code)
 
-    def _engine_listens(self) -> bool:
-        from streamshift.engine.spark import engine_address
-        from streamshift.store.processes import port_open
+    def _ready_died(self, code: int) -> None:
+        """A ready process died before taking a command (the engine down?): another after a
+        back-off, or the runner stops when its engine is gone."""
+        from streamshift.engine.spark import address_answers
 
-        host, port = engine_address(self.url)
-        return port_open(port, host)
+        self.ready = None
+        self.not_before = time.monotonic() + self.backoff
+        self.backoff = min(self.backoff * 2, RESTART_BACKOFF_MOST_SECONDS)
+        if self.stopping:
+            return
+        if not address_answers(self.url):
+            print(f"[runner] the engine at {self.url} is gone; stopping", flush=True)
+            self.stopping = True
+            return
+        print(f"[runner] a ready process exited ({code}); starting another", flush=True)
 
 
 def _readable(sock: socket.socket) -> bool:
@@ -387,11 +388,9 @@ def _child_main(
 
 
 def _serve_one(listener: socket.socket, control: socket.socket, url: str, parent: int) -> int:
-    from streamshift.engine.spark import CONNECT_CLIENT_VARIABLES, connect_session, engine_address
-    from streamshift.store.processes import port_open
+    from streamshift.engine.spark import CONNECT_CLIENT_VARIABLES, address_answers, connect_session
 
-    host, port = engine_address(url)
-    if not port_open(port, host):  # the engine is gone: the runner stops (Runner._reap)
+    if not address_answers(url):  # the engine is gone: the runner stops (Runner._reap)
         return 1
     spark = connect_session(url)
     spark.conf.get("spark.sql.session.timeZone")  # the session opened on the engine
