@@ -14,7 +14,7 @@ and nothing else: no session, no thread), so the job's process stays what it was
 command's Ctrl-C and SIGTERM reach it, it is SIGKILLed when the command's connection drops
 (a killed command), and the fault-injection exit (``STREAMSHIFT_KILL_AFTER_COMMITS``) ends it
 with the status a killed command has. Once it has answered, the job's process computes the
-state of the Delta tables it committed to (``DESCRIBE DETAIL``) while the engine is otherwise
+state of the Delta tables it committed to (listing their files) while the engine is otherwise
 idle, so that the next job's MERGE into them finds the state of their latest version
 computed; then it exits.
 
@@ -432,7 +432,6 @@ def _serve_one(listener: socket.socket, control: socket.socket, url: str, parent
     from streamshift.cli import run_handed_over
     from streamshift.engine.write.commits import reset_faults, tables_written
     from streamshift.spec.requests import JobRequest
-    from streamshift.spec.sqltext import delta_path
 
     reset_faults()  # read from the command's environment, as its own process would
     status = run_handed_over(JobRequest.from_json(data["request"]))
@@ -444,7 +443,8 @@ def _serve_one(listener: socket.socket, control: socket.socket, url: str, parent
     os.dup2(null, 2)
     for path in tables_written():
         with contextlib.suppress(Exception):  # a table dropped meanwhile: nothing to warm
-            spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").collect()
+            # Listing a Delta table's files computes the state of its latest version.
+            spark.read.format("delta").load(path).inputFiles()
     spark.stop()
     return status
 
