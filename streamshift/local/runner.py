@@ -441,7 +441,8 @@ def _serve_one(listener: socket.socket, control: socket.socket, url: str, parent
     # The command has its answer: its output is closed, and the engine warms what was written.
     os.dup2(null, 1)
     os.dup2(null, 2)
-    for path in tables_written():
+    # After a job that did not end well (interrupted, refused) the process just exits.
+    for path in tables_written() if status == 0 else []:
         with contextlib.suppress(Exception):  # a table dropped meanwhile: nothing to warm
             # Listing a Delta table's files computes the state of its latest version.
             spark.read.format("delta").load(path).inputFiles()
