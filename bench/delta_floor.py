@@ -7,6 +7,7 @@ however little data it carries. In one Spark session, on a 1,000-row Delta table
 
   * a trivial Spark job (``spark.range(10).collect()``);
   * a filtered read of the Delta table, collected;
+  * a table created as the write path creates one (``CREATE TABLE ... USING delta``);
   * a one-row blind append;
   * a one-row MERGE (update or insert), deletion vectors off and on;
   * the same MERGE into a table with Change Data Feed on (what a view MERGE pays);
@@ -16,19 +17,29 @@ however little data it carries. In one Spark session, on a 1,000-row Delta table
 monitoring REST API (the session starts its web UI): each query Delta runs inside it, with
 its description, its Spark jobs and its duration, and the wall time of the whole MERGE.
 
-Run: .venv/bin/python bench/delta_floor.py [--repeat N] [--anatomy]
+Each operation's CPU time is its session's (the JVM's and this process's), beside its wall time.
+
+``--suite DIR``: then the floor of a finished test run (``DIR``: its pytest base temp folder,
+``/tmp/pytest-of-$USER/pytest-N``): the Delta commits its tables hold, by operation (every
+test writes tables of its own under it), each kind costed at its measured median CPU (a MERGE at
+the one-row MERGE's, a WRITE at the append's, a CREATE TABLE at the create's), against the CPU a
+ten-minute run on this machine's cores has.
+
+Run: .venv/bin/python bench/delta_floor.py [--repeat N] [--anatomy] [--suite DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,15 +58,77 @@ def main() -> int:
     parser.add_argument(
         "--anatomy", action="store_true", help="then one MERGE's queries, from Spark's REST API"
     )
+    parser.add_argument(
+        "--suite",
+        type=Path,
+        metavar="DIR",
+        help="a finished test run's base temp folder: its Delta commits costed at these floors",
+    )
     args = parser.parse_args()
+    if args.suite and not args.suite.is_dir():
+        parser.error(f"--suite {args.suite}: no such folder (a pytest run's base temp folder)")
     work = Path(tempfile.mkdtemp(prefix="streamshift-floor-"))
     try:
-        return run(work, args.repeat, args.anatomy)
+        return run(work, args.repeat, args.anatomy, args.suite)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def run(work: Path, repeat: int, anatomy: bool = False) -> int:
+def session_cpu() -> float:
+    """CPU seconds of this process and its children still running (the session's JVM)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = time.process_time()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if int(fields[1]) == os.getpid():
+            total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+# A Delta log's commit operation → the operation above that is its floor.
+COMMIT_FLOORS = {
+    "MERGE": "one-row MERGE",
+    "WRITE": "one-row append",
+    "CREATE TABLE": "table created",
+}
+
+
+def commits_under(folder: Path) -> Counter[str]:
+    """The operations of every Delta commit under ``folder`` (one JSON file each)."""
+    operations: Counter[str] = Counter()
+    for log in folder.rglob("_delta_log"):
+        for commit in log.glob("*.json"):
+            for line in commit.read_text().splitlines():
+                if '"commitInfo"' in line:
+                    operations[json.loads(line)["commitInfo"]["operation"]] += 1
+    return operations
+
+
+def suite_floor(folder: Path, cpu: dict[str, float]) -> None:
+    operations = commits_under(folder)
+    print(f"\nthe Delta commits of {folder}: {sum(operations.values())}")
+    floor = 0.0
+    for operation, count in operations.most_common():
+        label = COMMIT_FLOORS.get(operation)
+        each = cpu[label] if label else 0.0
+        floor += count * each
+        costed = f"x {each:.3f} CPU-s ({label})" if label else "(not costed)"
+        print(f"  {count:6d} {operation:20} {costed}")
+    cores = os.cpu_count() or 1
+    budget = 600 * cores
+    print(
+        f"  {floor:.0f} CPU-s at the floors above; ten minutes of {cores} cores: {budget} CPU-s "
+        f"({floor / budget:.2f} of it)"
+    )
+
+
+def run(work: Path, repeat: int, anatomy: bool = False, suite: Path | None = None) -> int:
     from delta.tables import DeltaTable
 
     settings = load_settings(home=work / "home", spark_ui=anatomy)
@@ -99,8 +172,15 @@ def run(work: Path, repeat: int, anatomy: bool = False) -> int:
             "append"
         ).save(plain)
 
+    def create(i: int) -> None:
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS delta.`{work / 'created' / str(i)}` (k STRING, v BIGINT) "
+            "USING delta TBLPROPERTIES ('delta.enableDeletionVectors' = 'false')"
+        )
+
     operations: list[tuple[str, Callable[[int], None]]] = [
         ("trivial Spark job", lambda i: spark.range(10).collect()),
+        ("table created", create),
         (
             "filtered read, collected",
             lambda i: spark.read.format("delta").load(plain).where(f"k = '{i}'").collect(),
@@ -114,14 +194,24 @@ def run(work: Path, repeat: int, anatomy: bool = False) -> int:
     for _, op in operations:  # warm the JVM once over every code path
         op(-1)
     times: dict[str, list[float]] = {label: [] for label, _ in operations}
+    cpu: dict[str, list[float]] = {label: [] for label, _ in operations}
     for i in range(repeat):  # round robin: a slower minute weighs on every operation alike
         for label, op in operations:
-            started = time.perf_counter()
+            started, used = time.perf_counter(), session_cpu()
             op(i)
             times[label].append(time.perf_counter() - started)
-    print(f"{'operation':42} {'median':>8} {'min':>8}   ({repeat} runs each)")
+            cpu[label].append(session_cpu() - used)
+    print(
+        f"{'operation':42} {'median':>8} {'min':>8} {'CPU':>8}   ({repeat} runs each; CPU: median)"
+    )
     for label, taken in times.items():
-        print(f"{label:42} {statistics.median(taken):7.3f}s {min(taken):7.3f}s", flush=True)
+        print(
+            f"{label:42} {statistics.median(taken):7.3f}s {min(taken):7.3f}s "
+            f"{statistics.median(cpu[label]):7.3f}s",
+            flush=True,
+        )
+    if suite:
+        suite_floor(suite, {label: statistics.median(c) for label, c in cpu.items()})
     if anatomy:
         taken_apart(spark, lambda: merge(plain)(repeat + 1))
     spark.stop()
