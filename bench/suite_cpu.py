@@ -50,9 +50,11 @@ def sample(seen: dict[tuple[int, int], Seen], before: set[int]) -> None:
             stat = (entry / "stat").read_text()
             fields = stat[stat.rfind(")") + 2 :].split()
             key = (int(entry.name), int(fields[19]))
-            if key not in seen:
+            if key not in seen or seen[key].command.startswith("bash "):
+                # a script (spark-submit, spark-class) becomes the JVM it executes
                 raw = (entry / "cmdline").read_bytes()
-                seen[key] = Seen(key[0], raw.replace(b"\0", b" ").decode(), 0.0)
+                command = raw.replace(b"\0", b" ").decode()
+                seen[key] = Seen(key[0], command, seen[key].cpu if key in seen else 0.0)
             seen[key].cpu = (int(fields[11]) + int(fields[12])) / TICKS
         except (OSError, IndexError, ValueError):
             continue  # gone between the listing and the read
