@@ -7,7 +7,7 @@ however little data it carries. In one Spark session, on a 1,000-row Delta table
 
   * a trivial Spark job (``spark.range(10).collect()``);
   * a filtered read of the Delta table, collected;
-  * a table created as the write path creates one (``CREATE TABLE ... USING delta``);
+  * a table created by the write path's ``ensure_table`` (``CREATE TABLE ... USING delta``);
   * a one-row blind append;
   * a one-row MERGE (update or insert), deletion vectors off and on;
   * the same MERGE into a table with Change Data Feed on (what a view MERGE pays);
@@ -49,7 +49,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from streamshift.engine.spark import get_spark, interpreted
+from streamshift.engine.write.target import ensure_table
 from streamshift.spec.settings import load_settings
+from streamshift.store.processes import cpu_seconds, process_stats
 
 # Delta materialises a MERGE's source (one more Spark job) unless told it is deterministic.
 MATERIALIZE = "spark.databricks.delta.merge.materializeSource"
@@ -79,19 +81,8 @@ def main() -> int:
 
 def session_cpu() -> float:
     """CPU seconds of this process and its children still running (the session's JVM)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = time.process_time()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if int(fields[1]) == os.getpid():
-            total += (int(fields[11]) + int(fields[12])) / ticks
-    return total
+    children = (cpu_seconds(f) for _, f in process_stats() if int(f[1]) == os.getpid())
+    return time.process_time() + sum(children)
 
 
 # A Delta log's commit operation → the operations above it is costed at: the cheapest of them.
@@ -178,10 +169,7 @@ def run(work: Path, repeat: int, anatomy: bool = False, suite: Path | None = Non
         ).save(plain)
 
     def create(i: int, folder: str = "created") -> None:
-        spark.sql(
-            f"CREATE TABLE IF NOT EXISTS delta.`{work / folder / str(i)}` (k STRING, v BIGINT) "
-            "USING delta TBLPROPERTIES ('delta.enableDeletionVectors' = 'false')"
-        )
+        ensure_table(spark, str(work / folder / str(i)), "k STRING, v BIGINT")
 
     def into_new_table(i: int) -> None:
         with interpreted(spark):  # as the write path applies a small date

@@ -13,7 +13,6 @@ Run: .venv/bin/python bench/suite_cpu.py [--repeat N] [-- PYTEST ARGS]   (about 
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
@@ -24,13 +23,15 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from streamshift.store.processes import cpu_seconds, process_stats
+
 ROOT = Path(__file__).resolve().parent.parent
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
 class Seen:
-    pid: int
     command: str
     cpu: float
 
@@ -43,21 +44,18 @@ def machine_ticks() -> tuple[int, int]:
 
 def sample(seen: dict[tuple[int, int], Seen], before: set[int]) -> None:
     """Every process's CPU now, keyed by (pid, start time); those of ``before`` skipped."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) in before:
+    for pid, fields in process_stats():
+        if pid in before:
             continue
-        try:
-            stat = (entry / "stat").read_text()
-            fields = stat[stat.rfind(")") + 2 :].split()
-            key = (int(entry.name), int(fields[19]))
-            if key not in seen or seen[key].command.startswith("bash "):
-                # a script (spark-submit, spark-class) becomes the JVM it executes
-                raw = (entry / "cmdline").read_bytes()
-                command = raw.replace(b"\0", b" ").decode()
-                seen[key] = Seen(key[0], command, seen[key].cpu if key in seen else 0.0)
-            seen[key].cpu = (int(fields[11]) + int(fields[12])) / TICKS
-        except (OSError, IndexError, ValueError):
-            continue  # gone between the listing and the read
+        key = (pid, int(fields[19]))
+        if key not in seen or seen[key].command.startswith("bash "):
+            # a script (spark-submit, spark-class) becomes the JVM it executes
+            try:
+                raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue  # gone since its stat was read
+            seen[key] = Seen(raw.replace(b"\0", b" ").decode(), seen.get(key, Seen("", 0)).cpu)
+        seen[key].cpu = cpu_seconds(fields)
 
 
 def kind(process: Seen) -> str:
@@ -115,11 +113,9 @@ def main() -> int:
     thread.join()
     wall = time.monotonic() - start
     all1, idle1 = machine_ticks()
-    own = os.getpid()
     cpu: Counter[str] = Counter()
-    for process in seen.values():
-        if process.pid != own:
-            cpu[kind(process)] += process.cpu
+    for process in seen.values():  # this process was running before: not among them
+        cpu[kind(process)] += process.cpu
     total = sum(cpu.values())
     busy = 1 - (idle1 - idle0) / max(1, all1 - all0)
     print(f"\nbin/test: exit {test.returncode}, {wall:.0f} s, the cores {busy:.0%} busy")

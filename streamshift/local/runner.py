@@ -15,8 +15,8 @@ command's Ctrl-C and SIGTERM reach it, it is SIGKILLed when the command's connec
 (a killed command), and the fault-injection exit (``STREAMSHIFT_KILL_AFTER_COMMITS``) ends it
 with the status a killed command has. Once it has answered a job that succeeded, the job's
 process computes the state of the Delta tables it committed to (listing their files) while the
-engine is otherwise idle, so that the next job's MERGE into them finds the state of their latest version
-computed; then it exits.
+engine is otherwise idle, so that the next job's MERGE into them finds the state of their latest
+version computed; then it exits.
 
 A command runs the job in a Connect session of its own, as without a runner, when none
 answers: no runner started, an engine on another host, or no process ready within

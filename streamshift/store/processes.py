@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -29,7 +30,7 @@ def pid_alive(pid: int) -> bool:
         return True
     # A zombie child still answers kill(0); look at its state.
     try:
-        state = _stat_fields(Path(f"/proc/{pid}/stat").read_text())[0]
+        state = stat_fields(Path(f"/proc/{pid}/stat").read_text())[0]
     except OSError:
         return True
     return state != "Z"
@@ -39,7 +40,7 @@ def process_start(pid: int) -> int | None:
     """When process ``pid`` started (clock ticks since boot, from ``/proc``; None without it).
     With the pid it names one process: a pid the kernel reuses comes with another start."""
     try:
-        return int(_stat_fields(Path(f"/proc/{pid}/stat").read_text())[19])
+        return int(stat_fields(Path(f"/proc/{pid}/stat").read_text())[19])
     except (OSError, IndexError, ValueError):
         return None
 
@@ -53,25 +54,36 @@ def same_process(pid: int, started: int | None) -> bool:
     return started is None or now is None or now == started
 
 
-def _stat_fields(text: str) -> list[str]:
+def stat_fields(text: str) -> list[str]:
     """A ``/proc/<pid>/stat`` line's fields after the command name (which may hold spaces and
     parentheses): state, parent pid, process group, ..."""
     return text[text.rindex(")") + 2 :].split()
 
 
-def group_members(pgid: int) -> list[int]:
-    """The live (not zombie) processes of process group ``pgid`` (Linux: from ``/proc``). A
-    group can outlive its leader: children that ignore SIGTERM live on."""
-    members = []
+def process_stats() -> Iterator[tuple[int, list[str]]]:
+    """(pid, :func:`stat_fields`) of every process now (Linux: from ``/proc``); one that exits
+    while they are read is left out."""
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             text = stat.read_text()
         except OSError:
             continue  # exited while we looked
-        state, _ppid, group = _stat_fields(text)[:3]
-        if state != "Z" and int(group) == pgid:
-            members.append(int(stat.parent.name))
-    return members
+        yield int(stat.parent.name), stat_fields(text)
+
+
+def cpu_seconds(fields: list[str]) -> float:
+    """The user and system CPU a process has used, from its :func:`stat_fields`."""
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid`` (Linux: from ``/proc``). A
+    group can outlive its leader: children that ignore SIGTERM live on."""
+    return [
+        pid
+        for pid, (state, _ppid, group, *_) in process_stats()
+        if state != "Z" and int(group) == pgid
+    ]
 
 
 def group_alive(pgid: int) -> bool:
