@@ -126,24 +126,22 @@ def suite_floor(folder: Path, cpu: dict[str, float]) -> None:
 
 def run(work: Path, repeat: int, anatomy: bool = False, suite: Path | None = None) -> int:
     from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
 
     settings = load_settings(home=work / "home", spark_ui=anatomy)
     spark = get_spark(settings, app_name="bench-delta-floor")
 
-    def table(name: str, properties: dict[str, str]) -> str:
+    def table(name: str, **properties: bool) -> str:
+        """A 1,000-row table, created by the write path's ``ensure_table``."""
         path = str(work / name)
-        spark.range(1000).selectExpr("CAST(id AS STRING) AS k", "id AS v").write.format(
-            "delta"
-        ).save(path)
-        props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
-        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({props})")
+        ensure_table(spark, path, "k STRING, v BIGINT", **properties)
+        rows = spark.range(1000).selectExpr("CAST(id AS STRING) AS k", "id AS v")
+        rows.write.format("delta").mode("append").save(path)
         return path
 
-    plain = table("plain", {"delta.enableDeletionVectors": "false"})
-    with_dv = table("dv", {"delta.enableDeletionVectors": "true"})
-    with_cdf = table(
-        "cdf", {"delta.enableDeletionVectors": "false", "delta.enableChangeDataFeed": "true"}
-    )
+    plain = table("plain")
+    with_dv = table("dv", deletion_vectors=True)
+    with_cdf = table("cdf", change_data_feed=True)
 
     def merge(path: str, **conf: str) -> Callable[[int], None]:
         def op(i: int) -> None:
@@ -184,7 +182,7 @@ def run(work: Path, repeat: int, anatomy: bool = False, suite: Path | None = Non
         ("table created", create),
         (
             "filtered read, collected",
-            lambda i: spark.read.format("delta").load(plain).where(f"k = '{i}'").collect(),
+            lambda i: spark.read.format("delta").load(plain).where(F.col("k") == str(i)).collect(),
         ),
         ("one-row append", append),
         ("one-row MERGE", merge(plain)),
