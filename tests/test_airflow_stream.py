@@ -24,13 +24,14 @@ from flows.trades import FLOW
 from streamshift.airflow.supervise import read_restarts
 from streamshift.engine.jobs.eod import run_eod
 from streamshift.engine.jobs.promote import promote
-from streamshift.engine.jobs.reconcile import run_reconcile
+from streamshift.engine.jobs.requests import run as run_job
 from streamshift.engine.recon import recon_runs_path
 from streamshift.engine.write.apply import apply_changes
 from streamshift.engine.write.target import Target, read
 from streamshift.engine.write.transforms import raw_schema
 from streamshift.local.airflow import LocalAirflow
 from streamshift.spec.catalog import LayerTables
+from streamshift.spec.requests import ReconcileRequest
 from streamshift.spec.settings import load_settings
 from streamshift.store.heartbeat import broker_lag, processed_events, read_heartbeat
 from streamshift.store.processes import pid_alive
@@ -183,7 +184,7 @@ def test_late_data_re_reconciles_exactly_the_late_date(spark, tmp_path: Path) ->
     for d, files in days.items():
         run_eod(spark, batch, d, files.eod)  # closes the date
         external = land_external(settings, files, d)  # the clearing house's positions
-        run_reconcile(spark, settings, FLOW, d, parity=False, against=external)
+        run_job(spark, ReconcileRequest(FLOW.name, d, against=external, parity=False), settings)
     runs = read(spark, recon_runs_path(settings))
     before = {d: runs.where(F.col("business_date") == d).count() for d in (d1, d2)}
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from flows.trades import FLOW
-from streamshift.engine.validate import holds_nothing
 from streamshift.spec.settings import load_settings
+from streamshift.store.quality import holds_nothing
 from tests.cli_support import CLI, LOCAL_SPARK, cli_env, run_cli
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

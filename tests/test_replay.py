@@ -9,10 +9,12 @@ import pytest
 
 from flows.trades import FLOW
 from flows.trades.generate import generate_day
-from streamshift.engine.jobs.replay import ReplayRefused, replay
+from streamshift.engine.jobs.requests import run
 from streamshift.engine.write.target import Target
+from streamshift.spec.requests import ReplayRequest
 from streamshift.store.kafka import admin_client
 from streamshift.store.produce import produce_rows
+from streamshift.store.retention import ReplayRefused
 from tests.stream_support import drain, isolated, new_topic, shuffled_day, state
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
@@ -37,10 +39,13 @@ def test_replay_reproduces_the_stream_layer_and_refuses_a_range_past_retention( 
     drain(spark, settings, topic)
 
     # The range [middle, after) alone holds exactly the later events.
-    part = replay(spark, settings, FLOW, middle, after, "batch", topic=topic)
+    def replay(start: dt.datetime, end: dt.datetime):  # type: ignore[no-untyped-def]
+        return run(spark, ReplayRequest(FLOW.name, start, end, "batch", topic), settings).result
+
+    part = replay(middle, after)
     assert part.events == len(rows) - 200
     # Then the whole range: the batch layer now equals the stream layer, row for row.
-    whole = replay(spark, settings, FLOW, before, after, "batch", topic=topic)
+    whole = replay(before, after)
     assert whole.events == len(rows)
     stream = Target.open(spark, settings, FLOW, "stream")
     batch = Target.open(spark, settings, FLOW, "batch")
@@ -55,10 +60,5 @@ def test_replay_reproduces_the_stream_layer_and_refuses_a_range_past_retention( 
     [future] = admin.delete_records([TopicPartition(topic, 0, 50)]).values()
     future.result(timeout=30)
     with pytest.raises(ReplayRefused, match="no longer retains"):
-        replay(spark, settings, FLOW, before, after, "batch", topic=topic)
-    assert (
-        replay(
-            spark, settings, FLOW, after, after + dt.timedelta(seconds=5), "batch", topic=topic
-        ).events
-        == 0
-    )
+        replay(before, after)
+    assert replay(after, after + dt.timedelta(seconds=5)).events == 0

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from flows.trades import FLOW
-from streamshift.engine.spark import engine_address
 from streamshift.local.runner import socket_path
 from streamshift.spec.catalog import LayerTables
 from streamshift.spec.requests import EodRequest
+from streamshift.store.endpoints import engine_address
 from streamshift.store.processes import free_port, pid_alive
 from streamshift.store.tables import rows
 from tests.cli_support import CLI, cli_env, run_cli, suite_engine

@@ -18,14 +18,15 @@ import pytest
 from pyspark.sql import functions as F
 
 from streamshift.control.cutoff import CloseRefused, check_cut_off
+from streamshift.control.jobs import check
 from streamshift.control.serving import view_rows
-from streamshift.engine.jobs import close
 from streamshift.engine.jobs.promote import promote
-from streamshift.engine.jobs.reconcile import ReconcileError, check_reconcile, run_reconcile
-from streamshift.engine.jobs.replay import replay
+from streamshift.engine.jobs.requests import run as run_job
 from streamshift.engine.write.target import Target, read
 from streamshift.spec.contract import IS_DELETED
+from streamshift.spec.errors import ReconcileError
 from streamshift.spec.registry import get_generator
+from streamshift.spec.requests import CloseRequest, ReconcileRequest, ReplayRequest
 from streamshift.store.events import serving_topic
 from streamshift.store.produce import produce_rows, read_rows
 from streamshift.store.records import closed_dates, day_closes, late_dates_to_reconcile
@@ -80,9 +81,11 @@ def test_stage_stream_closes_replaces_and_takes_late_data(
     # The EOD file's reconciliation produces its differences to the topic; the stream job
     # applies them; the day closes in the stream layer.
     with stream_running(spark, settings, topic, FLOW):
-        run = run_reconcile(
-            spark, settings, FLOW, day, eod_file=files.eod, parity=False, correct=True
-        )
+        run = run_job(
+            spark,
+            ReconcileRequest(FLOW.name, day, eod_file=files.eod, parity=False, correct=True),
+            settings,
+        ).result
         assert run.before_correction[0].by_kind["missing_left"] == 1
         assert run.correction is not None and run.correction.produced == 1
         assert run.results[0].clean, run.describe()
@@ -107,16 +110,13 @@ def test_stage_stream_closes_replaces_and_takes_late_data(
         assert _live(spark, stream, day) == live_eod
 
         # A whole-day replacement: what the file lacks is cancelled, what it changed applied.
-        replaced = run_reconcile(
+        replaced = run_job(
             spark,
+            ReconcileRequest(
+                FLOW.name, day, eod_file=files.replacement, parity=False, correct=True, replace=True
+            ),
             settings,
-            FLOW,
-            day,
-            eod_file=files.replacement,
-            parity=False,
-            correct=True,
-            replace=True,
-        )
+        ).result
         in_replacement = {
             r[FLOW.key].strip(): int(r[FLOW.version]) for r in read_rows(files.replacement, FLOW)
         }
@@ -151,13 +151,17 @@ def test_stage_stream_closes_replaces_and_takes_late_data(
     recorded = view_rows(settings, FLOW, "stream", "late_events").as_dicts()
     assert {r["business_date"] for r in recorded} == {day}
     assert late_dates_to_reconcile(settings, FLOW.name) == [day]
-    again = run_reconcile(spark, settings, FLOW, day, eod_file=files.replacement, parity=False)
+    again = run_job(
+        spark, ReconcileRequest(FLOW.name, day, eod_file=files.replacement, parity=False), settings
+    ).result
     assert again.results[0].clean, again.describe()
     assert set(_live(spark, stream, day)) == set(in_replacement) | late_keys
 
     # Every change went through the log: a replay of the topic into the empty batch layer
     # reproduces the stream layer, corrections and cancels included.
-    replay(spark, settings, FLOW, started, dt.datetime.now(dt.UTC), "batch", topic)
+    run_job(
+        spark, ReplayRequest(FLOW.name, started, dt.datetime.now(dt.UTC), "batch", topic), settings
+    )
     batch = Target.open(spark, settings, FLOW, "batch")
     stored = [c for c in read(spark, stream.tables.current).columns if not c.startswith("_")]
     assert _rows(spark, batch, stored) == _rows(spark, stream, stored)
@@ -197,9 +201,9 @@ def test_kappa_closes_at_the_cut_off_once_the_stream_passed_it(
     drain(spark, settings, topic, flow=FLOW)  # the stream job is up on its (empty) topic
 
     # Refused before the cut-off, saying when.
-    tomorrow = close.CloseRequest(FLOW.name, TODAY + dt.timedelta(days=1))
+    tomorrow = CloseRequest(FLOW.name, TODAY + dt.timedelta(days=1))
     with pytest.raises(CloseRefused, match="plus grace, .* from now"):
-        close.check(settings, tomorrow)
+        check(settings, tomorrow)
 
     # The day's events were sent before its cut-off; the stream has not read them yet.
     cut_off = FLOW.cut_off.at(day)
@@ -220,7 +224,7 @@ def test_kappa_closes_at_the_cut_off_once_the_stream_passed_it(
     assert "Traceback" not in refused.stderr
 
     drain(spark, settings, topic, flow=FLOW)
-    done = close.run(spark, close.CloseRequest(FLOW.name, day, by="ops"), settings)
+    done = run_job(spark, CloseRequest(FLOW.name, day, by="ops"), settings).result
     assert done.how == "cut_off" and done.layers == ("stream",)
     [row] = day_closes(settings, FLOW.name, day)
     assert (row["layer"], row["how"], row["closed_by"]) == ("stream", "cut_off", "ops")
@@ -234,13 +238,13 @@ def test_kappa_closes_at_the_cut_off_once_the_stream_passed_it(
 
     # No EOD file in kappa: --correct is refused, pointing at replay; a forced close needs why.
     with pytest.raises(ReconcileError, match="replay"):
-        check_reconcile(settings, FLOW, None, files.eod, correct=True)
+        check(settings, ReconcileRequest(FLOW.name, day, eod_file=files.eod, correct=True))
     with pytest.raises(CloseRefused, match="--reason"):
-        close.check(settings, close.CloseRequest(FLOW.name, TODAY, force=True))
-    forced = close.run(
+        check(settings, CloseRequest(FLOW.name, TODAY, force=True))
+    forced = run_job(
         spark,
-        close.CloseRequest(FLOW.name, TODAY, force=True, reason="desk closed early"),
+        CloseRequest(FLOW.name, TODAY, force=True, reason="desk closed early"),
         settings,
-    )
+    ).result
     assert forced.how == "forced"
     assert [c["reason"] for c in day_closes(settings, FLOW.name, TODAY)] == ["desk closed early"]

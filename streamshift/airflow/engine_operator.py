@@ -23,7 +23,7 @@ from streamshift.spec.errors import StreamshiftError
 def engine_url(conn_id: str) -> str:
     """The engine's Spark Connect URL from connection ``conn_id``, checked: it must be a
     ``spark_connect`` connection to an engine that answers."""
-    from streamshift.engine.spark import engine_address
+    from streamshift.store.endpoints import engine_address
     from streamshift.store.processes import port_open
 
     conn = BaseHook.get_connection(conn_id)

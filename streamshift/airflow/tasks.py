@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from streamshift.control.jobs import check
 from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.requests import CloseRequest, EodRequest, JobRequest, ReconcileRequest
 from streamshift.spec.settings import Settings
@@ -278,7 +279,7 @@ def summary(settings: Settings, inputs: dict[str, Any]) -> tuple[dict[str, Any],
 def run_on_engine(request: str, spark: Any = None) -> str:
     """An engine task's body: the job ``request`` (JSON) asks for, in ``spark``, the task's
     Spark Connect session (the operator made it); what it did, for the log and XCom."""
-    from streamshift.engine.jobs.requests import check, run
+    from streamshift.engine.jobs.requests import run
     from streamshift.engine.spark import describe_session
     from streamshift.spec.settings import load_settings
 

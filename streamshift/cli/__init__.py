@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
-import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from streamshift.control.outcome import handled
 from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.settings import describe, load_settings, shown
 from streamshift.spec.stages import NAMES as STAGE_NAMES
@@ -161,76 +160,15 @@ def _say_progress(message: str) -> None:
 
 
 def _spark(flow_name: str, engine: bool = True):  # type: ignore[no-untyped-def]
-    """(settings, spark, flow) for a command that needs Spark; says what Spark it runs on.
+    from streamshift.engine.jobs.execute import session_for
 
-    ``engine``: a request-style job runs on the warm engine when it is up; the long-running
-    applications (stream, serve) and upkeep (``maintain``, which checkpoints Delta's log
-    through the JVM) pass False and run in a session of their own."""
-    from streamshift.engine.spark import describe_session, get_spark
-    from streamshift.spec.registry import get_flow
-
-    settings = load_settings()
-    flow = get_flow(flow_name)
-    print("starting Spark ...", file=sys.stderr, flush=True)
-    spark = get_spark(settings, app_name=f"streamshift-{flow_name}", engine=engine)
-    print(describe_session(spark), file=sys.stderr, flush=True)
-    return settings, spark, flow
+    return session_for(flow_name, engine)
 
 
 def _run_request(request) -> int:  # type: ignore[no-untyped-def]
-    """Check ``request`` without a JVM, then run it and print what it did: on the engine when it
-    is up (in a process its job runner made ready, when one answers: streamshift.local.runner),
-    unless the job needs a JVM of its own. A reconciliation that found breaks it was asked to
-    fail on, or a quality run with a failing expectation, exits 1."""
-    from streamshift.engine.jobs.requests import check
+    from streamshift.local.submit import submit
 
-    settings = load_settings()
-    check(settings, request)
-    if not request.needs_jvm and settings.engine:
-        from streamshift.engine.spark import active_profile, engine_answers
-        from streamshift.local.runner import hand_over
-
-        # A spark-submit driver runs its job in its own session, never on the engine.
-        if active_profile() == "local" and engine_answers(settings):
-            status = hand_over(request, settings.engine)
-            if status is not None:
-                return status
-    return _run_checked(request)
-
-
-def run_handed_over(request) -> int:  # type: ignore[no-untyped-def]
-    """Run a checked ``request`` in a process of the engine's job runner, handling errors as
-    :func:`main` does: the command that handed it over exits with the status returned."""
-    import traceback
-
-    print(
-        f"[streamshift] running in process {os.getpid()}, made ready by the engine's job runner",
-        file=sys.stderr,
-    )
-    try:
-        return _handled(_run_checked, request)
-    except SystemExit as exit_:
-        return exit_.code if isinstance(exit_.code, int) else 1
-    except Exception:  # noqa: BLE001 - a command's own process would print the traceback
-        traceback.print_exc()
-        return 1
-
-
-def _run_checked(request) -> int:  # type: ignore[no-untyped-def]
-    from streamshift.engine.jobs.requests import BreaksFound, QualityFailed, run
-
-    settings, spark, _flow = _spark(request.flow, engine=not request.needs_jvm)
-    try:
-        print(run(spark, request, settings).describe())
-    except BreaksFound as found:
-        print(str(found))
-        return 1
-    except QualityFailed as failed:
-        print(failed.done.result.describe())
-        print(str(failed), file=sys.stderr)
-        _report_error(str(failed))
-        return 1
-    return 0
+    return submit(request)
 
 
 def _cmd_request(args: argparse.Namespace) -> int:
@@ -1151,32 +1089,4 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    return _handled(args.handler, args)
-
-
-def _handled(handler: Callable[..., int], *args: object) -> int:
-    """``handler(*args)``'s exit status, a :class:`StreamshiftError` said as one line (2),
-    an interrupt 130; other errors are reported, then raised."""
-    try:
-        return handler(*args)
-    except StreamshiftError as exc:
-        print(f"streamshift: error: {exc}", file=sys.stderr)
-        _report_error(str(exc), final=exc.final)
-        return 2
-    except KeyboardInterrupt:
-        print("streamshift: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:
-        _report_error(
-            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-        )
-        raise
-
-
-def _report_error(message: str, *, final: bool = False) -> None:
-    """Leave the one-line error where an orchestrator asked for it (STREAMSHIFT_ERROR_FILE),
-    and a second line ``final`` when a retry cannot fix it (``StreamshiftError.final``)."""
-    path = os.environ.get("STREAMSHIFT_ERROR_FILE")
-    if path:
-        with contextlib.suppress(OSError):
-            Path(path).write_text(message + ("\nfinal" if final else "") + "\n", encoding="utf-8")
+    return handled(args.handler, args)

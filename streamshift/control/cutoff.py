@@ -16,8 +16,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from streamshift.spec import stages
 from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.flow import Flow
+from streamshift.spec.requests import CloseRequest
 from streamshift.spec.settings import Settings
 from streamshift.store.heartbeat import query_name, read_heartbeat
 
@@ -178,3 +180,27 @@ def check_cut_off(
         topic_offsets_at(settings, topic, at),
         committed_offsets(checkpoint, topic),
     )
+
+
+def close_gate(
+    settings: Settings, flow: Flow, request: CloseRequest, now: stages.Stage
+) -> CutOffCheck | None:
+    """The close's gate, without a JVM: ``None`` for a forced close (with its reason), else a
+    ready check; raises :class:`CloseRefused` saying what the close waits for."""
+    if request.force:
+        if not (request.reason and request.reason.strip()):
+            raise CloseRefused("--force needs --reason TEXT: a forced close is recorded with why")
+        return None
+    if now.closes_by != stages.BY_CUT_OFF:
+        raise CloseRefused(
+            f"{request.flow} is in stage {now.name}, where a day closes by its "
+            f"{now.closes_by.replace('_', ' ')}, not at a cut-off; pass --force --reason TEXT "
+            "to close it anyway"
+        )
+    found = check_cut_off(settings, flow, request.business_date)
+    if not found.ready:
+        raise CloseRefused(
+            f"{request.flow} {request.business_date} cannot close yet: waiting for "
+            f"{found.waiting_for()}"
+        )
+    return found

@@ -24,28 +24,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from streamshift.spec.settings import Settings, load_settings
+from streamshift.engine.spark import archive_path, submit_args, submit_env
+from streamshift.spec.registry import flow_names, get_generator
+from streamshift.spec.settings import load_settings
 
 TRAINING_DAY = dt.date(2026, 1, 5)
-# JVM options that map the archive; the warning of a JVM that cannot use it is turned off.
-USE_OPTIONS = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
-
-
-def archive_path(settings: Settings) -> Path:
-    return settings.jars_dir / "spark" / "classes.jsa"
-
-
-def driver_options(settings: Settings) -> str:
-    """The driver JVM options that use the archive; empty when scripts/setup made none."""
-    path = archive_path(settings)
-    return f"-XX:SharedArchiveFile={path} {USE_OPTIONS}" if path.is_file() else ""
 
 
 def train(output: Path) -> float:
     """Run the training jobs under ``-XX:ArchiveClassesAtExit``; returns seconds taken."""
-    from streamshift.engine.spark import submit_args, submit_env
-    from streamshift.spec.registry import flow_names, get_generator
-
     started = time.monotonic()
     output.unlink(missing_ok=True)  # the training driver must not map an old archive
     with tempfile.TemporaryDirectory(prefix="streamshift-cds-") as tmp:
@@ -61,12 +48,12 @@ def train(output: Path) -> float:
         # classes of the write path, Delta's log and CSV reading.
         script = Path(tmp) / "train.py"
         script.write_text(
-            "import sys\n"
-            "from streamshift.cli import main\n"
-            f"main(['eod', '--flow', {flow!r}, '--date', '{TRAINING_DAY}', "
-            f"'--file', {str(files.eod)!r}])\n"
-            f"sys.exit(main(['eod', '--flow', {flow!r}, '--date', '{TRAINING_DAY}', "
-            f"'--file', {str(files.corrections)!r}]))\n"
+            "import datetime, pathlib, sys\n"
+            "from streamshift.engine.jobs.execute import run_here\n"
+            "from streamshift.spec.requests import EodRequest\n"
+            f"day = datetime.date.fromisoformat('{TRAINING_DAY}')\n"
+            f"run_here(EodRequest({flow!r}, day, pathlib.Path({str(files.eod)!r})))\n"
+            f"sys.exit(run_here(EodRequest({flow!r}, day, pathlib.Path({str(files.corrections)!r}))))\n"
         )
         local = load_settings({}, home=home, spark_master="local[2]")
         args = submit_args(local)

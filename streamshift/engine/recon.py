@@ -35,15 +35,11 @@ from streamshift.engine.compare import (
 from streamshift.engine.write.commits import append
 from streamshift.engine.write.target import ensure_table
 from streamshift.spec.catalog import RECON_BREAKS_SCHEMA, RECON_RUNS_SCHEMA, ControlTables
-from streamshift.spec.errors import StreamshiftError
+from streamshift.spec.errors import ReconcileError
 from streamshift.spec.flow import Flow
 
 if TYPE_CHECKING:
     from streamshift.spec.settings import Settings
-
-
-class ReconcileError(StreamshiftError):
-    final = True
 
 
 # ---- the reconciliations ------------------------------------------------------------------

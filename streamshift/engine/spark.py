@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.settings import Settings, load_settings
+from streamshift.store.endpoints import active_profile, engine_answers
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -56,6 +57,20 @@ def jars(settings: Settings) -> list[str]:
 SHORT_JOB_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m -XX:+UseSerialGC"
 
 
+# JVM options that map the archive; the warning of a JVM that cannot use it is turned off.
+USE_OPTIONS = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
+
+
+def archive_path(settings: Settings) -> Path:
+    return settings.jars_dir / "spark" / "classes.jsa"
+
+
+def driver_options(settings: Settings) -> str:
+    """The driver JVM options that use the archive; empty when scripts/setup made none."""
+    path = archive_path(settings)
+    return f"-XX:SharedArchiveFile={path} {USE_OPTIONS}" if path.is_file() else ""
+
+
 def deployment_conf(settings: Settings) -> dict[str, str]:
     """What every deployment needs, local or on a cluster."""
     return {
@@ -84,8 +99,6 @@ def driver_java_options(settings: Settings, environ: Mapping[str, str] | None = 
 def submit_conf(settings: Settings) -> dict[str, str]:
     """``--conf`` values a submission carries besides master and jars (JVM in UTC, quiet logs,
     the driver with ``STREAMSHIFT_SPARK_DRIVER_JAVA_OPTIONS``)."""
-    from streamshift.engine.cds import driver_options
-
     log4j = settings.jars_dir / "log4j2-spark.properties"
     java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Duser.timezone=UTC"
     # The driver maps the classes scripts/setup archived (streamshift.engine.cds); an
@@ -144,44 +157,9 @@ PROFILES: dict[str, Callable[..., dict[str, str]]] = {
 }
 
 
-def active_profile() -> str:
-    """``submitted`` inside a spark-submit driver, ``local`` otherwise."""
-    return "submitted" if os.environ.get("PYSPARK_GATEWAY_PORT") else "local"
-
-
-def engine_address(url: str) -> tuple[str, int]:
-    """(host, port) of a Spark Connect URL (``sc://host:port/;params``; port 15002 if none)."""
-    netloc = url.removeprefix("sc://").split("/", 1)[0].split(";", 1)[0]
-    host, sep, port = netloc.rpartition(":")
-    return (host, int(port)) if sep else (netloc, 15002)
-
-
-def engine_answers(settings: Settings) -> bool:
-    """Whether the engine the settings name listens (a TCP connect, no session)."""
-    return bool(settings.engine) and address_answers(settings.engine)
-
-
-def address_answers(url: str) -> bool:
-    """Whether something listens at a Spark Connect URL's host and port (a TCP connect)."""
-    from streamshift.store.processes import port_open
-
-    host, port = engine_address(url)
-    return port_open(port, host)
-
-
 def is_connect(spark: SparkSession) -> bool:
     """Whether ``spark`` is a Spark Connect session (a client of the engine)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
-# What PySpark's builder sets in a process it makes a Spark Connect client.
-CONNECT_CLIENT_VARIABLES = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
-
-
-def without_connect_client(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` without what marks a Spark Connect client: the environment of a child
-    process that starts a Spark session of its own (a stream) from a client of the engine."""
-    return {k: v for k, v in environ.items() if k not in CONNECT_CLIENT_VARIABLES}
 
 
 def connect_session(url: str, *, whole_process: bool = True) -> SparkSession:

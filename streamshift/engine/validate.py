@@ -47,9 +47,10 @@ from streamshift.store.quality import (
     Check,
     QualityError,
     QualityRun,
-    datasets,
     new_run_id,
+    nothing_to_validate,
     suite_document,
+    wanted_datasets,
 )
 
 if TYPE_CHECKING:
@@ -433,48 +434,6 @@ def record(spark: SparkSession, settings: Settings, run: QualityRun) -> None:
         spark.createDataFrame(rows, QUALITY_RUNS_SCHEMA).write.format("delta").mode("append").save(
             path
         )
-
-
-def wanted_datasets(flow: Flow, only: list[str] | None) -> list[str]:
-    """The datasets to validate: ``only`` (refused when one has no suite) or every suite's."""
-    known = datasets(flow.name)
-    unknown = sorted(set(only or []) - set(known))
-    if unknown:
-        raise QualityError(
-            f"no suite for {', '.join(unknown)}; {flow.name} has suites for "
-            f"{', '.join(known)} (expectations/gx/expectations/{flow.name}/)"
-        )
-    return only or known
-
-
-def nothing_to_validate(flow: Flow, day: dt.date, layer: str) -> QualityError:
-    catch_up = (
-        f"load the day first (`streamshift eod --flow {flow.name} --date {day} --file F`)"
-        if layer == "batch"
-        else f"let `streamshift stream --flow {flow.name}` bring the date's events in first"
-    )
-    return QualityError(
-        f"nothing to validate: the {layer} layer holds no rows of {flow.name} for {day} "
-        f"(none in current state, none quarantined); {catch_up}, pick a date it holds, "
-        "or give --file to validate the EOD file"
-    )
-
-
-def holds_nothing(settings: Settings, flow: Flow, day: dt.date, layer: str) -> bool:
-    """Whether the layer holds no row of the date, current or quarantined, read without a JVM
-    (so the CLI refuses at once instead of after starting Spark)."""
-    from streamshift.spec.catalog import LayerTables
-    from streamshift.store.tables import select
-
-    tables = LayerTables(settings.warehouse, flow, layer)
-    for path, column, where in (
-        (tables.current, flow.business_date, []),
-        (tables.quarantine, "business_date", [("flow", "=", flow.name)]),
-    ):
-        found = select(path, [column], [*where, (column, "=", day)], limit=1)
-        if found is not None and found.num_rows:
-            return False
-    return True
 
 
 def run_quality(

@@ -105,7 +105,7 @@ def connections(settings: Settings) -> dict[str, str]:
         "AIRFLOW_CONN_FS_DEFAULT": json.dumps(fs),
     }
     if settings.engine:  # the warm engine every Spark task but upkeep runs on
-        from streamshift.engine.spark import engine_address
+        from streamshift.store.endpoints import engine_address
 
         host, port = engine_address(settings.engine)
         engine = {"conn_type": "spark_connect", "host": f"sc://{host}", "port": port}
@@ -315,8 +315,8 @@ class LocalAirflow:
     def _engine_up(self, say) -> None:  # type: ignore[no-untyped-def]
         """Start the local warm engine the Spark tasks run on, unless it answers already (or
         the settings name a remote one, or none)."""
-        from streamshift.engine.spark import engine_address, engine_answers
-        from streamshift.local.engine import LOOPBACK, LocalEngine
+        from streamshift.local.engine import LocalEngine
+        from streamshift.store.endpoints import LOOPBACK, engine_address, engine_answers
 
         if not self.settings.engine or engine_answers(self.settings):
             return
@@ -432,8 +432,8 @@ class LocalAirflow:
     def _engine_down(self) -> bool:
         """Stop the local engine ``up`` started for this home (an engine of another home, or
         a remote one, is left alone)."""
-        from streamshift.engine.spark import engine_address
-        from streamshift.local.engine import LOOPBACK, LocalEngine
+        from streamshift.local.engine import LocalEngine
+        from streamshift.store.endpoints import LOOPBACK, engine_address
 
         if not self.settings.engine or engine_address(self.settings.engine)[0] not in LOOPBACK:
             return False

@@ -399,7 +399,7 @@ class _Demo:
                 print("Kafka broker stopped")
 
     def start_stream_job(self) -> None:
-        from streamshift.engine.spark import without_connect_client
+        from streamshift.store.endpoints import without_connect_client
 
         log, flow = self.log, self.flow.name
         log.parent.mkdir(parents=True, exist_ok=True)

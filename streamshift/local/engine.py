@@ -19,6 +19,7 @@ from pathlib import Path
 
 from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.settings import Settings
+from streamshift.store.endpoints import LOOPBACK, engine_address
 from streamshift.store.processes import (
     port_open,
     process_start,
@@ -29,7 +30,6 @@ from streamshift.store.processes import (
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 # Local engines only: a URL naming another host is a remote engine, started by its owner.
-LOOPBACK = {"127.0.0.1", "localhost"}
 
 
 class EngineError(StreamshiftError):
@@ -60,7 +60,6 @@ class LocalEngine:
     """A Spark Connect server on 127.0.0.1 for the settings' ``engine`` URL."""
 
     def __init__(self, settings: Settings) -> None:
-        from streamshift.engine.spark import engine_address
 
         if not settings.engine:
             raise EngineError(

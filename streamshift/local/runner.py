@@ -38,10 +38,15 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from streamshift.spec.requests import JobRequest
+from streamshift.spec.registry import flow_names, get_flow
+from streamshift.spec.requests import JobRequest
+from streamshift.store.endpoints import (
+    CONNECT_CLIENT_VARIABLES,
+    LOOPBACK,
+    address_answers,
+    engine_address,
+)
 
 # How long a command waits for a ready process before running the job itself.
 HAND_OVER_SECONDS = 20.0
@@ -65,9 +70,6 @@ def socket_path(port: int) -> Path:
 def hand_over(request: JobRequest, engine_url: str) -> int | None:
     """Run ``request`` in the runner of the local engine at ``engine_url``: the job's exit
     status, or None when no runner took it (the caller runs it itself)."""
-    from streamshift.engine.spark import engine_address  # module of plain functions
-    from streamshift.local.engine import LOOPBACK
-
     host, port = engine_address(engine_url)
     path = socket_path(port)
     if host not in LOOPBACK or not _ours(path):
@@ -320,7 +322,6 @@ class Runner:
     def _ready_died(self, code: int) -> None:
         """A ready process died before taking a command (the engine down?): another after a
         back-off, or the runner stops when its engine is gone."""
-        from streamshift.engine.spark import address_answers
 
         self.ready = None
         self.not_before = time.monotonic() + self.backoff
@@ -351,15 +352,12 @@ def _kill(pid: int, signum: int) -> None:
 PRELOADED = (
     "pyspark.sql.connect.session",
     "pyspark.sql.connect.functions",
-    "streamshift.cli",
-    "streamshift.engine.jobs.requests",
+    "streamshift.engine.jobs.execute",
 )
 
 
 def _preload() -> None:
     import importlib
-
-    from streamshift.spec.registry import flow_names, get_flow
 
     for module in PRELOADED:
         importlib.import_module(module)
@@ -388,7 +386,7 @@ def _child_main(
 
 
 def _serve_one(listener: socket.socket, control: socket.socket, url: str, parent: int) -> int:
-    from streamshift.engine.spark import CONNECT_CLIENT_VARIABLES, address_answers, connect_session
+    from streamshift.engine.spark import connect_session
 
     if not address_answers(url):  # the engine is gone: the runner stops (Runner._reap)
         return 1
@@ -429,9 +427,8 @@ def _serve_one(listener: socket.socket, control: socket.socket, url: str, parent
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
 
-    from streamshift.cli import run_handed_over
+    from streamshift.engine.jobs.execute import run_handed_over
     from streamshift.engine.write.commits import reset_faults, tables_written
-    from streamshift.spec.requests import JobRequest
 
     reset_faults()  # read from the command's environment, as its own process would
     status = run_handed_over(JobRequest.from_json(data["request"]))
@@ -478,8 +475,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("url", help="the engine's Spark Connect URL, sc://127.0.0.1:<port>")
     args = parser.parse_args(argv)
-    from streamshift.engine.spark import engine_address
-
     _host, port = engine_address(args.url)
     Runner(args.url, socket_path(port)).serve()
     return 0

@@ -11,3 +11,10 @@ class StreamshiftError(Exception):
     # A retry cannot fix it (bad input, an unknown name, a refused request): an orchestrator
     # fails the task at once instead of retrying (STREAMSHIFT_ERROR_FILE says so).
     final: ClassVar[bool] = False
+
+
+class ReconcileError(StreamshiftError):
+    """A reconciliation that cannot run as asked (a missing file, a correction its stage
+    does not make)."""
+
+    final = True

@@ -22,9 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from streamshift.spec.catalog import LayerTables
 from streamshift.spec.errors import StreamshiftError
+from streamshift.spec.flow import Flow
 from streamshift.spec.formatting import format_table
-from streamshift.spec.settings import REPO_ROOT
+from streamshift.spec.settings import REPO_ROOT, Settings
+from streamshift.store.tables import select
 
 PROJECT = REPO_ROOT / "expectations" / "gx"
 POLICIES = {"critical": "fail", "warning": "warn", "info": "warn"}
@@ -161,3 +164,42 @@ def counts_by_verdict(rows: list[dict[str, Any]]) -> dict[str, int]:
     for r in rows:
         out["pass" if r["success"] else r["policy"]] += 1
     return out
+
+
+def wanted_datasets(flow: Flow, only: list[str] | None) -> list[str]:
+    """The datasets to validate: ``only`` (refused when one has no suite) or every suite's."""
+    known = datasets(flow.name)
+    unknown = sorted(set(only or []) - set(known))
+    if unknown:
+        raise QualityError(
+            f"no suite for {', '.join(unknown)}; {flow.name} has suites for "
+            f"{', '.join(known)} (expectations/gx/expectations/{flow.name}/)"
+        )
+    return only or known
+
+
+def nothing_to_validate(flow: Flow, day: dt.date, layer: str) -> QualityError:
+    catch_up = (
+        f"load the day first (`streamshift eod --flow {flow.name} --date {day} --file F`)"
+        if layer == "batch"
+        else f"let `streamshift stream --flow {flow.name}` bring the date's events in first"
+    )
+    return QualityError(
+        f"nothing to validate: the {layer} layer holds no rows of {flow.name} for {day} "
+        f"(none in current state, none quarantined); {catch_up}, pick a date it holds, "
+        "or give --file to validate the EOD file"
+    )
+
+
+def holds_nothing(settings: Settings, flow: Flow, day: dt.date, layer: str) -> bool:
+    """Whether the layer holds no row of the date, current or quarantined, read without a JVM
+    (so the CLI refuses at once instead of after starting Spark)."""
+    tables = LayerTables(settings.warehouse, flow, layer)
+    for path, column, where in (
+        (tables.current, flow.business_date, []),
+        (tables.quarantine, "business_date", [("flow", "=", flow.name)]),
+    ):
+        found = select(path, [column], [*where, (column, "=", day)], limit=1)
+        if found is not None and found.num_rows:
+            return False
+    return True

@@ -7,6 +7,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -24,6 +25,10 @@ from streamshift.spec.flow import Flow
 from streamshift.store.eodfile import BadFileError, FileLayout, check_file
 from streamshift.store.processes import os_user
 from streamshift.store.tables import rows as delta_rows
+
+if TYPE_CHECKING:
+    from streamshift.control.jobs import JobContext
+    from streamshift.spec.requests import EodRequest
 
 
 @dataclass
@@ -45,6 +50,18 @@ class EodResult:
             f"EOD {self.mode} load of {self.file} for {self.business_date}: "
             f"{self.apply.describe()}{extra} ({self.seconds:.1f}s)"
         )
+
+
+def run(spark: SparkSession, context: JobContext, request: EodRequest) -> EodResult:
+    """The EOD job: load the request's file into its layer. A load of the batch layer in a
+    loading stage closes the date where the stage says; any other load closes the layer it
+    wrote."""
+    target = Target.open(spark, context.settings, context.flow, request.layer)
+    now = context.stage
+    closes = now.closes_layers if now.loads and request.layer == "batch" else (request.layer,)
+    return run_eod(
+        spark, target, request.business_date, request.file, replace=request.replace, closes=closes
+    )
 
 
 def run_eod(

@@ -27,6 +27,9 @@ from streamshift.spec.settings import Settings
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from streamshift.control.jobs import JobContext
+    from streamshift.spec.requests import MaintainRequest
+
 RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 DEFAULT_RETENTION = "interval 7 days"  # Delta's default when the property is not set
 
@@ -75,6 +78,11 @@ def _detail(spark: SparkSession, path: str) -> tuple[int, str]:
 
     row = DeltaTable.forPath(spark, path).detail().select("numFiles", "properties").first()
     return int(row[0]), (row[1] or {}).get(RETENTION_PROPERTY, DEFAULT_RETENTION)
+
+
+def run(spark: SparkSession, context: JobContext, request: MaintainRequest) -> MaintainResult:
+    """The upkeep job: compaction, VACUUM and a log checkpoint of each of the flow's tables."""
+    return run_maintain(spark, context.settings, context.flow)
 
 
 def run_maintain(

@@ -29,6 +29,7 @@ from streamshift.store.records import current_stage
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from streamshift.control.jobs import JobContext
     from streamshift.spec.requests import PromoteRequest
     from streamshift.spec.settings import Settings
 
@@ -56,9 +57,11 @@ def record_decision(spark: SparkSession, settings: Settings, request: PromoteReq
     merge_into(path, spark.createDataFrame([row], PROMOTION_DECISIONS_SCHEMA), same, insert="*")
 
 
-def decide(spark: SparkSession, settings: Settings, request: PromoteRequest) -> StageChange:
-    """A promotion request carrying its approval: recorded, then the change made when it was
-    approved (through the gate again), or :class:`PromotionRejected` saying who said no."""
+def run(spark: SparkSession, context: JobContext, request: PromoteRequest) -> StageChange:
+    """The promote job. A promotion request carrying its approval: recorded, then the change
+    made when it was approved (through the gate again), or :class:`PromotionRejected` saying
+    who said no."""
+    settings = context.settings
     if request.approval is not None:
         record_decision(spark, settings, request)
         if request.approval != APPROVED:

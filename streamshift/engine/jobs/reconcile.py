@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from streamshift.control.jobs import check_reconcile
 from streamshift.control.serving import serving_layer
 from streamshift.engine.compare import compare
 from streamshift.engine.eodread import check_control_totals, read_eod_file
 from streamshift.engine.recon import (
-    ReconcileError,
     ReconResult,
     new_run_id,
     read_external_view,
@@ -44,15 +44,17 @@ from streamshift.engine.write.transforms import (
     parse,
     replacement_cancels,
 )
-from streamshift.spec import stages
 from streamshift.spec.catalog import EOD_FILE, EXTERNAL, PARITY
 from streamshift.spec.contract import FAILED, IS_DELETED, MALFORMED, SOURCE
+from streamshift.spec.errors import ReconcileError
 from streamshift.spec.flow import Flow
-from streamshift.store.eodfile import FileLayout, check_file, wait_until_complete
+from streamshift.store.eodfile import FileLayout, check_file
 from streamshift.store.processes import os_user
 from streamshift.store.records import closed_dates, current_stage
 
 if TYPE_CHECKING:
+    from streamshift.control.jobs import JobContext
+    from streamshift.spec.requests import ReconcileRequest
     from streamshift.spec.settings import Settings
 
 
@@ -459,46 +461,12 @@ class ReconcileRun:
         return "\n".join(lines)
 
 
-def check_reconcile(
-    settings: Settings, flow: Flow, against: Path | None, eod_file: Path | None, correct: bool
-) -> str:
-    """The flow's stage, once the files exist and ``correct`` fits it (no JVM: the CLI asks
-    before it starts Spark)."""
-    for option, path in (("--against", against), ("--eod-file", eod_file)):
-        if path is not None and not path.exists():
-            raise ReconcileError(f"{option} {path}: file not found; pass an existing CSV file")
-        if path is not None:
-            wait_until_complete(path, flow, settings.file_stable_seconds, _say)
-    stage = current_stage(settings, flow.name)
-    if correct and (eod_file is None or not stages.stage(stage).corrects):
-        raise ReconcileError(
-            "--correct applies the EOD file (--eod-file) to the stream layer in the stage that "
-            f"corrects ({', '.join(s.name for s in stages.STAGES if s.corrects)}); {flow.name} is "
-            f"in stage {stage}"
-            + (
-                f": {stage} has no EOD file; reprocess with replay"
-                if not stages.stage(stage).waits_for_file
-                else ""
-            )
-        )
-    return stage
-
-
-def run_reconcile(
-    spark: SparkSession,
-    settings: Settings,
-    flow: Flow,
-    business_date: dt.date,
-    *,
-    against: Path | None = None,
-    eod_file: Path | None = None,
-    parity: bool = True,
-    correct: bool = False,
-    replace: bool = False,
-) -> ReconcileRun:
+def run(spark: SparkSession, context: JobContext, request: ReconcileRequest) -> ReconcileRun:
     """The reconcile job: reconcile the date; with ``correct`` (stage stream or kappa) apply the
     EOD file's differences to the stream layer and reconcile again."""
-    stage = check_reconcile(settings, flow, against, eod_file, correct)
+    check_reconcile(context, request)
+    settings, flow, business_date = context.settings, context.flow, request.business_date
+    against, eod_file, stage = request.against, request.eod_file, context.stage.name
     targets = open_layers(spark, settings, flow)
 
     def reconcile() -> list[ReconResult]:
@@ -509,23 +477,29 @@ def run_reconcile(
             business_date,
             against=against,
             eod_file=eod_file,
-            parity=parity,
+            parity=request.parity,
             targets=targets,
             stage=stage,
         )
 
     results = reconcile()
     run = ReconcileRun(flow.name, business_date, stage, results)
-    if correct:
+    if request.correct:
         assert eod_file is not None  # checked above
         run.before_correction = results
         # Through the topic: the stream job applies the corrections, replay and serve see them.
         run.correction = correct_through_log(
-            spark, settings, flow, business_date, eod_file, targets["stream"], replace=replace
+            spark,
+            settings,
+            flow,
+            business_date,
+            eod_file,
+            targets["stream"],
+            replace=request.replace,
         )
         run.results = reconcile()
         # Reconciled and corrected: the date is closed; later changes for it are late.
-        now = stages.stage(stage)
+        now = context.stage
         targets["stream"].close_day(
             business_date, now.closes_by, now.closes_layers, by=os_user(), detail=str(eod_file)
         )

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
+from streamshift.control.trace import default_layer
 from streamshift.engine.write.commits import merge_into
 from streamshift.engine.write.target import Target, ensure_table
 from streamshift.engine.write.transforms import checked_changes, raw_schema
@@ -37,7 +38,6 @@ from streamshift.spec import sqltext as sql
 from streamshift.spec.catalog import REDRIVES_SCHEMA, ControlTables
 from streamshift.spec.contract import FAILED, RAW, SOURCE, SOURCE_REF
 from streamshift.spec.errors import StreamshiftError
-from streamshift.spec.registry import get_flow
 from streamshift.spec.requests import RedriveRequest
 from streamshift.store.processes import os_user
 from streamshift.store.quarantine import APPLIED, STILL_FAILING, UNREADABLE, pending
@@ -45,8 +45,8 @@ from streamshift.store.quarantine import APPLIED, STILL_FAILING, UNREADABLE, pen
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from streamshift.control.jobs import JobContext
     from streamshift.spec.flow import Flow
-    from streamshift.spec.settings import Settings
 
 REDRIVE = "redrive"
 # Passed here, refused by a stream job that still holds the reference data it started with.
@@ -119,12 +119,10 @@ def _raw_row(
     return {c: by_name.get(c) for c in flow.columns}
 
 
-def run(spark: SparkSession, request: RedriveRequest, settings: Settings) -> RedriveResult:
+def run(spark: SparkSession, context: JobContext, request: RedriveRequest) -> RedriveResult:
     """Re-drive the request's quarantined rows (see the module's note)."""
-    from streamshift.control.trace import default_layer
-
     started = time.monotonic()
-    flow = get_flow(request.flow)
+    settings, flow = context.settings, context.flow
     layer = request.layer or default_layer(settings, flow.name)
     target = Target.open(spark, settings, flow, layer)
     rows = pending(settings, flow.name, layer, request.rule, request.business_date)
