@@ -33,8 +33,8 @@ from _amend import amendment_file
 from engine_latency import DAY, timed_eod
 
 from flows.trades.generate import generate_day
-from streamshift.airflow.tasks import landing_dir
 from streamshift.local.airflow import LocalAirflow, airflow_env
+from streamshift.spec.catalog import landing_dir
 from streamshift.spec.settings import load_settings
 from streamshift.store.processes import free_port
 

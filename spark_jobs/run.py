@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import sys
 
-from streamshift.cli import main
+from streamshift.cli import batch_job_main
 
 if __name__ == "__main__":
-    argv = sys.argv[1:]
-    sys.exit(main(["request", *argv] if argv and argv[0].lstrip().startswith("{") else argv))
+    sys.exit(batch_job_main(sys.argv[1:]))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from streamshift.cli import main
+from streamshift.cli import stream_job_main
 
 if __name__ == "__main__":
-    sys.exit(main(["stream", *sys.argv[1:]]))
+    sys.exit(stream_job_main(sys.argv[1:]))

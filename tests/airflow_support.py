@@ -18,9 +18,9 @@ from typing import Any
 
 from flows.trades import FLOW
 from flows.trades.generate import generate_day
-from streamshift.airflow import tasks as T
 from streamshift.engine.write.target import read
 from streamshift.local.airflow import LocalAirflow, metadata_db
+from streamshift.spec import catalog
 from streamshift.spec.catalog import LayerTables
 from streamshift.spec.dayfiles import DayFiles
 from streamshift.spec.settings import REPO_ROOT, Settings
@@ -67,7 +67,7 @@ def dag_test(
 
 def land_day(settings: Settings, day: dt.date, trades: int = 200) -> DayFiles:
     """Generate a day straight into the landing folder, under the landing convention's names."""
-    folder = T.landing_dir(settings, "trades") / day.isoformat()
+    folder = catalog.landing_dir(settings, "trades") / day.isoformat()
     files = generate_day(day, trades, folder, seed=day.toordinal(), progress=False)
     assert files.eod.name == f"trades_eod_{day}.csv"  # the DAG's default file
     return files
@@ -88,7 +88,7 @@ def arm_kill_after_commits(settings: Settings, k: int) -> Path:
 
 
 def land_external(settings: Settings, files: DayFiles, day: dt.date) -> Path:
-    target = T.external_file(settings, "trades", day.isoformat())
+    target = catalog.external_file(settings, "trades", day.isoformat())
     shutil.copy(files.external, target)
     return target
 

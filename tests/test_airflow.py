@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from flows.trades import FLOW
-from streamshift.airflow import tasks as T
 from streamshift.engine.write.target import delta_log_version
 from streamshift.local.airflow import AirflowApiError, LocalAirflow, metadata_db
+from streamshift.spec import catalog
 from streamshift.spec.catalog import LayerTables
 from streamshift.spec.registry import flow_names
 from streamshift.spec.settings import REPO_ROOT, load_settings
@@ -292,7 +292,7 @@ def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stac
         assert f"Invalid input for param {named}" in refused.value.detail
 
     # A symlink out of the landing folder passes the schema; the first task refuses it, at once.
-    link = T.landing_dir(settings, "trades") / "outside.csv"
+    link = catalog.landing_dir(settings, "trades") / "outside.csv"
     link.symlink_to(settings.home / "elsewhere.csv")
     client.trigger(
         "eod_trades", {"business_date": str(REST_DAY), "file": "outside.csv"}, run_id="symlink-out"

@@ -30,7 +30,6 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from flows.trades import FLOW
 from flows.trades.generate import generate_day
-from streamshift.airflow import tasks as T
 from streamshift.control.report import write_report
 from streamshift.engine.jobs.eod import run_eod
 from streamshift.engine.jobs.promote import promote
@@ -45,6 +44,7 @@ from streamshift.local.airflow import (
     LocalAirflow,
     password,
 )
+from streamshift.spec import catalog
 from streamshift.spec.catalog import ControlTables
 from streamshift.spec.registry import flow_names
 from streamshift.spec.stages import NAMES as STAGES
@@ -448,7 +448,7 @@ def test_the_trigger_form_starts_a_run_with_the_params_typed_in(
     assert (resolved["business_date"], resolved["mode"], resolved["file"]) == (
         str(TRIGGER_DAY),
         "replace",
-        str(T.landing_dir(settings, "trades") / str(TRIGGER_DAY) / "ui_trades.csv"),
+        str(catalog.landing_dir(settings, "trades") / str(TRIGGER_DAY) / "ui_trades.csv"),
     )
 
 
@@ -510,7 +510,7 @@ def test_the_backfill_form_starts_one_run_per_business_day_of_the_range(
     day = str(BACKFILL_FORM_DAYS[0])
     assert (resolved["business_date"], resolved["file"]) == (
         day,
-        str(T.landing_dir(settings, flow) / T.default_file(flow, day)),
+        str(catalog.landing_dir(settings, flow) / catalog.default_file(flow, day)),
     )
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from streamshift.airflow import tasks as T
 from streamshift.airflow.supervise import health
+from streamshift.spec import catalog
 from streamshift.spec.requests import (
     CloseRequest,
     EodRequest,
@@ -31,14 +32,14 @@ DAY = dt.date(2026, 11, 20)
 @pytest.fixture
 def settings(tmp_path: Path):  # type: ignore[no-untyped-def]
     s = load_settings({}, home=tmp_path / "home")
-    day = T.landing_dir(s, "trades") / DAY.isoformat()
+    day = catalog.landing_dir(s, "trades") / DAY.isoformat()
     day.mkdir(parents=True)
     (day / f"trades_eod_{DAY}.csv").write_text("trade_id\n")
     return s
 
 
 def test_files_outside_the_landing_folder_are_rejected(settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    landing = T.landing_dir(settings, "trades")
+    landing = catalog.landing_dir(settings, "trades")
     ok = T.resolve_in_landing(landing, f"{DAY}/trades_eod_{DAY}.csv")
     assert ok == (landing / str(DAY) / f"trades_eod_{DAY}.csv").resolve()
     outside = tmp_path / "elsewhere.csv"
@@ -83,7 +84,7 @@ def test_inputs_follow_the_stage(settings) -> None:  # type: ignore[no-untyped-d
     assert isinstance(loaded, EodRequest) and loaded.replace and loaded.layer == "batch"
     assert shadow["quality_run"] != run_id  # one quality run per DAG run
 
-    external = T.external_file(settings, "trades", "2026-11-20")
+    external = catalog.external_file(settings, "trades", "2026-11-20")
     external.write_text("business_date,book,instrument\n")
     stream = T.resolve_inputs(settings, "trades", {"business_date": "2026-11-20"}, DAY, "stream")
     assert stream["path"] == "correct_stream_layer"

@@ -35,12 +35,12 @@ from streamshift.airflow import tasks as T
 from streamshift.airflow.approval import PromotionApproval
 from streamshift.airflow.engine_operator import EngineOperator
 from streamshift.airflow.waiting import CompleteFileSensor
+from streamshift.spec.catalog import SPARK_POOL, landing_dir
 from streamshift.spec.requests import MaintainRequest
 from streamshift.spec.settings import REPO_ROOT, Settings, load_settings
 from streamshift.store.quality import QualityError
 
 OWNER = "streamshift"
-SPARK_POOL = T.SPARK_POOL
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 # After the close of business, Monday to Friday (the logical date is the business date).
 EOD_SCHEDULE = "0 22 * * 1-5"
@@ -294,7 +294,7 @@ def eod_dag(flow: str) -> DAG:
                 None,
                 type=["null", "string"],
                 pattern=T.FILE_PATTERN,
-                description=f"Optional file relative to {T.landing_dir(settings, flow)} (no '..'); "
+                description=f"Optional file relative to {landing_dir(settings, flow)} (no '..'); "
                 f"default: <date>/{flow}_eod_<date>.csv",
             ),
         },
@@ -302,7 +302,7 @@ def eod_dag(flow: str) -> DAG:
 ### End of day for `{flow}`
 Runs on business days after the close (or triggered with params). **resolve_inputs** reads the
 flow's migration stage and skips the tasks of the paths it does not take; the EOD file is found in
-`{T.landing_dir(settings, flow)}/<date>/`, and **wait_for_eod_file** waits until it is complete,
+`{landing_dir(settings, flow)}/<date>/`, and **wait_for_eod_file** waits until it is complete,
 then checks it (header, delimiter, truncation) before any Spark job:
 
 * `batch`, `shadow`: **load_eod_file** into the batch layer, then **reconcile** (stream vs batch in

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from streamshift.control.jobs import check
+from streamshift.spec.catalog import default_file, external_file, landing_dir
 from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.requests import CloseRequest, EodRequest, JobRequest, ReconcileRequest
 from streamshift.spec.settings import Settings
@@ -28,7 +29,6 @@ from streamshift.store.quality import QualityError, QualityRun, datasets, new_ru
 MODES = ("delta", "replace")
 # Spark jobs queue for this pool's slots (one on the local stack: two cores); runs waiting for
 # their files hold none, so a backfill never waits behind today's sensor.
-SPARK_POOL = "streamshift_spark"
 # The JSON-schema pattern of the ``file`` param: relative, no '..' segment.
 FILE_PATTERN = r"^(?!/)(?!.*(^|/)\.\.(/|$))[A-Za-z0-9_.=+@,/-]+$"
 
@@ -37,18 +37,6 @@ class InputError(StreamshiftError, ValueError):
     """A DAG run's parameters do not name a usable business date, mode or file."""
 
     final = True
-
-
-def landing_dir(settings: Settings, flow: str) -> Path:
-    return settings.home / "landing" / flow
-
-
-def default_file(flow: str, business_date: str) -> str:
-    return f"{business_date}/{flow}_eod_{business_date}.csv"
-
-
-def external_file(settings: Settings, flow: str, business_date: str) -> Path:
-    return landing_dir(settings, flow) / business_date / f"external_{business_date}.csv"
 
 
 def resolve_in_landing(landing: Path, file: str) -> Path:

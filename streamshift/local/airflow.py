@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from streamshift.spec.catalog import SPARK_POOL
 from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.settings import REPO_ROOT, Settings, as_env, env_name
 from streamshift.store.processes import group_alive, pid_alive, port_open
@@ -355,7 +356,6 @@ class LocalAirflow:
             )
         say(f"preparing the database under {self.home} (airflow db migrate)")
         self.migrate()
-        from streamshift.airflow.tasks import SPARK_POOL
 
         pool = self._airflow(
             "pools",

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from streamshift.spec.catalog import external_file, landing_dir
 from streamshift.spec.settings import Settings
 
 DEMO_ROWS = 5_000
@@ -237,7 +238,6 @@ class _Demo:
     def land(self, day: dt.date, name: str, *paths) -> str:  # type: ignore[no-untyped-def]
         """Put the files (rows concatenated under one header) in the landing folder as ``name``;
         return the path the DAG's ``file`` param takes (relative to the landing folder)."""
-        from streamshift.airflow.tasks import landing_dir
 
         folder = landing_dir(self.settings, self.flow.name) / day.isoformat()
         folder.mkdir(parents=True, exist_ok=True)
@@ -550,7 +550,6 @@ class _Demo:
 
     def kappa_stage(self) -> None:
         """Stage kappa: no EOD file; the day closes at its cut-off, a late event after it."""
-        from streamshift.airflow.tasks import external_file
         from streamshift.control.report import report_dir
         from streamshift.control.serving import view_rows
         from streamshift.store.heartbeat import read_status

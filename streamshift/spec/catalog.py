@@ -13,6 +13,7 @@ from pathlib import Path
 
 from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.flow import Flow
+from streamshift.spec.settings import Settings
 
 LAYERS = ("batch", "stream")
 # The reconciliations recorded in recon_runs: stream vs batch (``parity`` or ``parity:<view>``),
@@ -193,3 +194,23 @@ class ControlTables:
     def quality_runs(self) -> str:
         """One row per expectation per data-quality run (Great Expectations)."""
         return self._path("quality_runs")
+
+
+# ---- the landing folder and Airflow's pool ------------------------------------------------
+# The Airflow pool every Spark task of the DAGs queues in (the local stack creates it).
+SPARK_POOL = "streamshift_spark"
+
+
+def landing_dir(settings: Settings, flow: str) -> Path:
+    """Where a flow's EOD files land, one folder per business date."""
+    return settings.home / "landing" / flow
+
+
+def default_file(flow: str, business_date: str) -> str:
+    """The EOD file of a date, relative to the landing folder."""
+    return f"{business_date}/{flow}_eod_{business_date}.csv"
+
+
+def external_file(settings: Settings, flow: str, business_date: str) -> Path:
+    """The external view file of a date (the clearing house's positions), beside its EOD file."""
+    return landing_dir(settings, flow) / business_date / f"external_{business_date}.csv"
