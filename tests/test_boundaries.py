@@ -7,7 +7,12 @@
   ``spec/`` and ``store/``.
 * ``airflow/``, ``cli/`` and ``local/`` are entry points: they reach ``engine/`` only inside the
   function that runs a job, never at import.
-* ``engine/`` never imports the entry layers.
+* ``engine/`` never imports the entry layers; among them, ``cli/`` may import ``local/`` and
+  ``airflow/``, ``local/`` may import ``airflow/``, ``airflow/`` neither.
+* Nothing imports ``cli/`` but ``cli/`` itself and the thin spark-submit entry files.
+* No import circle among the package's modules (function-local imports count too).
+* Outside ``cli/`` (whose handlers stay lazy for ``--help``), JVM-free modules are imported at
+  the top of a module, never inside a function.
 * Importing every module of the JVM-free folders, the entry layers, the DAG files and the
   plugin imports no pyspark, delta or great_expectations (in a fresh interpreter, so nothing an
   earlier test imported can hide a leak).
@@ -26,6 +31,10 @@ PACKAGE = REPO / "streamshift"
 HEAVY = ("pyspark", "delta", "great_expectations")
 JVM_FREE = ("spec", "store", "control")
 ENTRY = ("airflow", "cli", "local")
+# The entry layers, outermost first: each may import only those after it.
+ENTRY_ORDER = ("cli", "local", "airflow")
+# What may import cli/: the folder itself and the spark-submit entry files.
+CLI_CALLERS = ("streamshift/cli/", "spark_jobs/run.py", "streaming/run.py")
 # what each folder may import from the package at all (None: anything)
 MAY_IMPORT = {
     "spec": {"spec"},
@@ -158,3 +167,83 @@ def test_nothing_in_the_kit_names_a_flow() -> None:
     ]
     assert len(flow_names()) >= 2
     assert named == []
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+        found[name] = path
+    return found
+
+
+def _imported_modules(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package's modules ``path`` imports (``from a import b`` names ``a.b`` when that is a
+    module, else ``a``)."""
+    return {
+        module if module in modules else module.rpartition(".")[0]
+        for _line, module, _at_import in _imports(path)
+    } & set(modules)
+
+
+def test_the_entry_layers_import_each_other_only_outward_in() -> None:
+    broken = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        folder = path.relative_to(PACKAGE).parts[0]
+        if folder not in ENTRY_ORDER:
+            continue
+        inner = ENTRY_ORDER[ENTRY_ORDER.index(folder) + 1 :]
+        for line, module, _at_import in _imports(path):
+            target = _folder(module)
+            if target in ENTRY_ORDER and target != folder and target not in inner:
+                broken.append(f"{path.relative_to(REPO)}:{line} imports {module}")
+    assert broken == []
+
+
+def test_nothing_imports_the_cli_but_its_entry_files() -> None:
+    callers = []
+    for folder in KIT:
+        for path in sorted((REPO / folder).rglob("*.py")):
+            where = str(path.relative_to(REPO))
+            if where.startswith(CLI_CALLERS):
+                continue
+            callers += [
+                f"{where}:{line} imports {module}"
+                for line, module, _at_import in _imports(path)
+                if _folder(module) == "cli"
+            ]
+    assert callers == []
+
+
+def test_no_import_circle_in_the_package() -> None:
+    modules = _modules()
+    graph = {m: _imported_modules(p, modules) - {m} for m, p in modules.items()}
+    circles: list[list[str]] = []
+    done: set[str] = set()
+
+    def walk(module: str, trail: list[str]) -> None:
+        if module in trail:
+            circles.append(trail[trail.index(module) :] + [module])
+            return
+        if module in done:
+            return
+        for target in sorted(graph[module]):
+            walk(target, [*trail, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        walk(module, [])
+    # The check sees circles: a pair that imports each other is found.
+    assert "streamshift.spec.settings" in graph["streamshift.spec.catalog"]
+    assert circles == []
+
+
+def test_jvm_free_modules_are_imported_at_the_top() -> None:
+    inside = [
+        f"{path.relative_to(REPO)}:{line} imports {module} inside a function"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(PACKAGE).parts[0] != "cli"
+        for line, module, at_import in _imports(path)
+        if not at_import and _folder(module) in JVM_FREE
+    ]
+    assert inside == []

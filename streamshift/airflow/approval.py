@@ -22,7 +22,11 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.standard.operators.hitl import ApprovalOperator, HITLOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from streamshift.control.stages import APPROVED, REJECTED, TIMED_OUT, promotion_evidence
 from streamshift.spec.requests import JobRequest, PromoteRequest
+from streamshift.spec.settings import load_settings
+from streamshift.spec.stages import needs_approval
+from streamshift.store.records import current_stage
 
 if TYPE_CHECKING:
     from streamshift.spec.settings import Settings
@@ -42,7 +46,6 @@ def approvers(configured: str, requester: str | None) -> list[str]:
 
 def evidence_markdown(settings: Settings, request: PromoteRequest, now: str) -> str:
     """What the approver reads: the move, who asks and why, and the gate's evidence."""
-    from streamshift.control.stages import promotion_evidence
 
     asks = f"**{request.by}** asks to promote **{request.flow}** from stage **{now}** to "
     lines = [f"{asks}**{request.to}**.", ""]
@@ -84,9 +87,6 @@ class PromotionApproval(ApprovalOperator):
         self.source = source
 
     def execute(self, context: Any) -> Any:
-        from streamshift.spec.settings import load_settings
-        from streamshift.spec.stages import needs_approval
-        from streamshift.store.records import current_stage
 
         settings = load_settings()
         request = _request(context, self.source)
@@ -112,7 +112,6 @@ class PromotionApproval(ApprovalOperator):
         return super().execute(context)
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
-        from streamshift.control.stages import APPROVED, REJECTED, TIMED_OUT
 
         answer = HITLOperator.execute_complete(self, context, event)  # (no skipping)
         request = _request(context, self.source)

@@ -35,10 +35,19 @@ from streamshift.airflow import tasks as T
 from streamshift.airflow.approval import PromotionApproval
 from streamshift.airflow.engine_operator import EngineOperator
 from streamshift.airflow.waiting import CompleteFileSensor
+from streamshift.control.cutoff import check_cut_off
+from streamshift.control.report import write_report
+from streamshift.control.stages import PromotionRefused, check_promotion
+from streamshift.control.trace import default_layer
 from streamshift.spec.catalog import SPARK_POOL, landing_dir
-from streamshift.spec.requests import MaintainRequest
+from streamshift.spec.registry import get_flow
+from streamshift.spec.requests import JobRequest, MaintainRequest, PromoteRequest, RedriveRequest
 from streamshift.spec.settings import REPO_ROOT, Settings, load_settings
+from streamshift.spec.stages import NAMES
+from streamshift.store.eodfile import BadFileError
 from streamshift.store.quality import QualityError
+from streamshift.store.quarantine import pending
+from streamshift.store.records import current_stage, late_dates_to_reconcile
 
 OWNER = "streamshift"
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
@@ -189,7 +198,6 @@ def _publish(asset: Asset, inputs: dict[str, Any]) -> dict[str, Any]:
 
 def _date_of(mapped: dict[str, str]) -> str:
     """The business date of a mapped job's request."""
-    from streamshift.spec.requests import JobRequest
 
     day = JobRequest.from_json(mapped["request"]).business_day
     assert day is not None
@@ -197,7 +205,6 @@ def _date_of(mapped: dict[str, str]) -> str:
 
 
 def _write_report(flow: str, business_date: str) -> str:
-    from streamshift.control.report import write_report
 
     html_path, _ = write_report(_settings(), flow, dt.date.fromisoformat(business_date))
     print(f"report: {html_path}")
@@ -229,7 +236,6 @@ class ResolveInputs(BaseOperator, SkipMixin):
         self.flow = flow
 
     def execute(self, context: Any) -> None:
-        from streamshift.store.records import current_stage
 
         s = _settings()
         with _no_retry_on(T.InputError):
@@ -258,7 +264,6 @@ class EodFileSensor(CompleteFileSensor):
         self.resolved = resolved
 
     def on_complete(self, context: Any) -> None:
-        from streamshift.store.eodfile import BadFileError
 
         with _no_retry_on(T.InputError, BadFileError):
             checked = T.check_raw_file(_settings(), self.resolved)
@@ -354,8 +359,6 @@ expectation fails the run naming it, once the report shows it; a `warn` one is r
             "holds no worker slot between pokes).",
         )
         def wait_for_cut_off(resolved: dict[str, Any]) -> PokeReturnValue:
-            from streamshift.control.cutoff import check_cut_off
-            from streamshift.spec.registry import get_flow
 
             day = dt.date.fromisoformat(resolved["business_date"])
             found = check_cut_off(_settings(), get_flow(flow), day)
@@ -459,7 +462,6 @@ reconciliation, and re-runs **reconcile**, **write_report** and **publish_summar
 
         @task(doc_md="Dates with late events newer than their last reconciliation.")
         def find_late_dates() -> list[dict[str, str]]:
-            from streamshift.store.records import current_stage, late_dates_to_reconcile
 
             s = _settings()
             stage = current_stage(s, flow)
@@ -526,7 +528,6 @@ Sundays at 03:00 UTC: for every table of the flow in both layers, compaction of 
 
 def promote_dag(flows: list[str]) -> DAG:
     """``streamshift_promote``: move a flow to another stage through the promotion gate."""
-    from streamshift.spec.stages import NAMES
 
     with DAG(
         dag_id="streamshift_promote",
@@ -560,8 +561,6 @@ as `changed_by`; a rejection fails the run, recorded. The Migration page trigger
 
         @task(doc_md="The promotion gate, read without Spark; the record job's request.")
         def check_gate() -> str:
-            from streamshift.control.stages import PromotionRefused, check_promotion
-            from streamshift.spec.requests import PromoteRequest
 
             context = get_current_context()
             params = context["params"]
@@ -629,11 +628,6 @@ with the rules they fail now. A second run applies nothing twice (`control/redri
         @task(doc_md="What the re-drive covers, read without Spark; the job's request.")
         def which_rows() -> str:
             from collections import Counter
-
-            from streamshift.control.trace import default_layer
-            from streamshift.spec.registry import get_flow
-            from streamshift.spec.requests import RedriveRequest
-            from streamshift.store.quarantine import pending
 
             context = get_current_context()
             params, settings = context["params"], _settings()

@@ -18,13 +18,13 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowFailException
 
 from streamshift.spec.errors import StreamshiftError
+from streamshift.store.endpoints import engine_address
+from streamshift.store.processes import port_open
 
 
 def engine_url(conn_id: str) -> str:
     """The engine's Spark Connect URL from connection ``conn_id``, checked: it must be a
     ``spark_connect`` connection to an engine that answers."""
-    from streamshift.store.endpoints import engine_address
-    from streamshift.store.processes import port_open
 
     conn = BaseHook.get_connection(conn_id)
     if conn.conn_type != SparkConnectHook.conn_type:

@@ -43,8 +43,34 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from streamshift.control import explain as ex
+from streamshift.control.report import report_dir
+from streamshift.control.stages import GATED, PromotionRefused, check_promotion, promotion_evidence
+from streamshift.control.trace import (
+    COLUMNS,
+    default_layer,
+    serving_layer_of,
+    shown_ref,
+    table_rows,
+    trace,
+)
+from streamshift.spec.catalog import PARITY, ControlTables, LayerTables
 from streamshift.spec.formatting import html_cell as _e
 from streamshift.spec.formatting import html_table
+from streamshift.spec.registry import get_flow
+from streamshift.spec.stages import FIRST, next_stage
+from streamshift.spec.stages import stage as stage_of
+from streamshift.store.quality import counts_by_verdict
+from streamshift.store.quarantine import pending
+from streamshift.store.records import (
+    breaks_of,
+    latest_runs,
+    promotion_decisions,
+    quality_results,
+    recon_by_date,
+    stage_history,
+)
+from streamshift.store.tables import rows
 
 
 def _q(text: str) -> str:
@@ -66,20 +92,6 @@ WORST = 10
 # ---- data (no Airflow, no Spark) ----------------------------------------------------------
 def flow_summary(settings: Settings, flow: str) -> dict[str, Any]:
     """Everything the page shows of one flow, as plain data."""
-    from streamshift.control.report import report_dir
-    from streamshift.control.stages import GATED, promotion_evidence
-    from streamshift.spec.catalog import PARITY
-    from streamshift.spec.stages import FIRST, next_stage
-    from streamshift.spec.stages import stage as stage_of
-    from streamshift.store.quality import counts_by_verdict
-    from streamshift.store.records import (
-        breaks_of,
-        latest_runs,
-        promotion_decisions,
-        quality_results,
-        recon_by_date,
-        stage_history,
-    )
 
     def report(day: dt.date) -> str | None:
         exists = (report_dir(settings, flow, day) / "report.html").exists()
@@ -171,11 +183,6 @@ def _quarantine(settings: Settings, flow: str, stage: str) -> dict[str, Any]:
     once for the page), counted by rule, and the latest re-drive outcomes there."""
     from collections import Counter
 
-    from streamshift.control.trace import serving_layer_of
-    from streamshift.spec.catalog import ControlTables
-    from streamshift.store.quarantine import pending
-    from streamshift.store.tables import rows
-
     layer = serving_layer_of(stage)
     by_date = Counter((q["rule"], q["business_date"]) for q in pending(settings, flow, layer))
     outcomes = rows(
@@ -210,7 +217,6 @@ def summaries(settings: Settings) -> list[dict[str, Any]]:
 def break_link(flow: str, day: dt.date, key: str) -> str | None:
     """Where a break is explained: a view group's explanation, or a key's trace for a break
     of the EOD file (its key names the flow's key column). ``key`` is the break's JSON."""
-    from streamshift.spec.registry import get_flow
 
     spec = get_flow(flow)
     try:
@@ -433,9 +439,6 @@ for (const button of document.querySelectorAll('.promote button')) {
 
 def _trace(settings: Any, flow: str, key: str, layer: str | None) -> Any:
     """The key's trace in ``layer``, by default the layer that serves in the flow's stage."""
-    from streamshift.control.trace import default_layer, trace
-    from streamshift.spec.catalog import LayerTables
-    from streamshift.spec.registry import get_flow
 
     if layer not in (None, "batch", "stream"):
         from fastapi import HTTPException
@@ -459,7 +462,6 @@ td, th {{ padding: 2px 8px; border-bottom: 1px solid #eee; text-align: left; }}<
 
 def render_trace(settings: Any, flow: str, key: str, layer: str | None) -> str:
     """Where a key's changes went, as a page (``streamshift trace``)."""
-    from streamshift.control.trace import COLUMNS, shown_ref, table_rows
 
     found = _trace(settings, flow, key, layer)
     rows = [dict(zip(COLUMNS, r, strict=True)) for r in table_rows(found)]
@@ -486,8 +488,6 @@ def _explain(settings: Any, flow: str, view: str, day: str, group: str, layer: s
     """The explanation of one view row in ``layer`` (by default the serving one)."""
     from fastapi import HTTPException
 
-    from streamshift.control import explain as ex
-
     if layer not in (None, "batch", "stream"):
         raise HTTPException(404, f"unknown layer {layer!r}: batch or stream")
     try:
@@ -501,7 +501,6 @@ def render_explain(
     settings: Any, flow: str, view: str, day: str, group: str, layer: str | None
 ) -> str:
     """Why a view row is what it is, as a page (``streamshift explain``)."""
-    from streamshift.control import explain as ex
 
     found = _explain(settings, flow, view, day, group, layer)
     named = ", ".join(f"{k}={v}" for k, v in found.group.items())
@@ -707,7 +706,6 @@ def create_app() -> Any:
     def promote(
         flow: str, promotion: Promotion, request: Request, user: GetUserDep
     ) -> JSONResponse:
-        from streamshift.control.stages import PromotionRefused, check_promotion
 
         known(flow)
         may_trigger(user, PROMOTE_DAG, "promote")
@@ -763,7 +761,6 @@ def create_app() -> Any:
 
     @app.get("/reports/{flow}/{day}")
     def report(flow: str, day: str) -> FileResponse:
-        from streamshift.control.report import report_dir
 
         try:
             business_date = dt.date.fromisoformat(day)

@@ -29,6 +29,7 @@ from streamshift.spec.stages import stage as stage_of
 from streamshift.store import heartbeat
 from streamshift.store.heartbeat import query_name, read_heartbeat
 from streamshift.store.processes import pid_alive
+from streamshift.store.records import current_stage
 
 LAYER = "stream"
 
@@ -132,7 +133,6 @@ def _stop(pid: int, timeout: float = 60) -> None:
 
 def supervise(settings: Settings, stages: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Check each flow's stream; restart the dead or stalled ones. One action per flow."""
-    from streamshift.store.records import current_stage
 
     now = dt.datetime.now(dt.UTC)
     actions = []

@@ -20,11 +20,14 @@ from typing import Any
 from streamshift.control.jobs import check
 from streamshift.spec.catalog import default_file, external_file, landing_dir
 from streamshift.spec.errors import StreamshiftError
+from streamshift.spec.registry import get_flow
 from streamshift.spec.requests import CloseRequest, EodRequest, JobRequest, ReconcileRequest
-from streamshift.spec.settings import Settings
+from streamshift.spec.settings import Settings, load_settings
 from streamshift.spec.stages import CORRECT, LOAD
 from streamshift.spec.stages import stage as stage_of
-from streamshift.store.quality import QualityError, QualityRun, datasets, new_run_id
+from streamshift.store.eodfile import check_file
+from streamshift.store.quality import Check, QualityError, QualityRun, datasets, new_run_id
+from streamshift.store.records import quality_run_rows
 
 MODES = ("delta", "replace")
 # Spark jobs queue for this pool's slots (one on the local stack: two cores); runs waiting for
@@ -186,8 +189,6 @@ def check_may_force(user: str, force: bool) -> None:
 
 def check_raw_file(settings: Settings, inputs: dict[str, Any]) -> dict[str, Any]:
     """The file-level checks (pure Python): header, delimiter, truncation; no Spark."""
-    from streamshift.spec.registry import get_flow
-    from streamshift.store.eodfile import check_file
 
     landing = landing_dir(settings, inputs["flow"])
     # Again after the wait: the file (or a link) may have changed since the run started.
@@ -200,8 +201,6 @@ def quality_verdict(settings: Settings, inputs: dict[str, Any]) -> QualityRun | 
     """The data-quality checks the day's Spark job recorded under the run's id (read without
     a JVM); ``None`` for a flow without suites. Raises :class:`QualityError` when the job
     recorded none (it failed before validating) and the caller fails on ``run.failures``."""
-    from streamshift.store.quality import Check
-    from streamshift.store.records import quality_run_rows
 
     flow, run_id = inputs["flow"], inputs["quality_run"]
     if not datasets(flow):
@@ -269,7 +268,6 @@ def run_on_engine(request: str, spark: Any = None) -> str:
     Spark Connect session (the operator made it); what it did, for the log and XCom."""
     from streamshift.engine.jobs.requests import run
     from streamshift.engine.spark import describe_session
-    from streamshift.spec.settings import load_settings
 
     job = JobRequest.from_json(request)
     settings = load_settings()

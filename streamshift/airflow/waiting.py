@@ -22,6 +22,8 @@ from airflow.sdk import BaseSensorOperator
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from streamshift.spec.flow import Completeness
+from streamshift.spec.registry import get_flow
+from streamshift.store.eodfile import settles_in, waiting_for
 
 # The trigger polls at most this far apart; a file due to settle within it is awaited in place.
 POLL_SECONDS = 5.0
@@ -59,7 +61,6 @@ class CompleteFileTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from streamshift.store.eodfile import settles_in, waiting_for
 
         path, last = Path(self.path), None
         while True:
@@ -86,12 +87,10 @@ class CompleteFileSensor(BaseSensorOperator):
         self.filepath, self.flow, self.stable_seconds = filepath, flow, stable_seconds
 
     def _completeness(self) -> Completeness:
-        from streamshift.spec.registry import get_flow
 
         return get_flow(self.flow).completeness
 
     def poke(self, context: Any) -> bool:
-        from streamshift.store.eodfile import waiting_for
 
         missing = waiting_for(Path(self.filepath), self._completeness(), self.stable_seconds)
         if missing:
@@ -102,7 +101,6 @@ class CompleteFileSensor(BaseSensorOperator):
         """What runs once the file is complete, in the same task (nothing by default)."""
 
     def execute(self, context: Any) -> None:
-        from streamshift.store.eodfile import settles_in
 
         if self.poke(context):
             self.on_complete(context)

@@ -9,6 +9,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from streamshift.spec import stages as S
+from streamshift.spec.catalog import EOD_FILE, PARITY
 from streamshift.spec.settings import REPO_ROOT, describe
 
 README = REPO_ROOT / "README.md"
@@ -49,8 +51,6 @@ def commands_table() -> str:
 
 def stages_table() -> str:
     """The stage table, from :mod:`streamshift.spec.stages` (the one definition)."""
-    from streamshift.spec import stages as S
-    from streamshift.spec.catalog import EOD_FILE, PARITY
 
     eod = {
         S.LOAD: "loads the EOD file into the batch layer",

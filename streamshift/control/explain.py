@@ -25,14 +25,22 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING, Any
 
-from streamshift.control.trace import APPLIED, outcomes, receipt_order, shown_ref, via_log
+from streamshift.control.trace import (
+    APPLIED,
+    default_layer,
+    outcomes,
+    receipt_order,
+    shown_ref,
+    via_log,
+)
+from streamshift.spec.catalog import LayerTables
 from streamshift.spec.contract import APPLIED_AT, IS_DELETED, LOG_REF, SOURCE, SOURCE_REF
 from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.flow import COUNT, MAX, MEAN, MIN, SUM
+from streamshift.spec.registry import get_flow
 from streamshift.store.tables import column_names, rows
 
 if TYPE_CHECKING:
-    from streamshift.spec.catalog import LayerTables
     from streamshift.spec.flow import Flow, Measure, View
     from streamshift.spec.settings import Settings
 
@@ -283,9 +291,6 @@ def explain_in(
     """:func:`explain` as a user asks it (the CLI, the Migration page): the view by name (the
     flow's first by default), the group as ``col=val,...``, the layer serving readers in the
     flow's stage unless one is named. Raises :class:`ExplainError` saying what is wrong."""
-    from streamshift.control.trace import default_layer
-    from streamshift.spec.catalog import LayerTables
-    from streamshift.spec.registry import get_flow
 
     flow = get_flow(flow_name)
     try:

@@ -20,8 +20,11 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from streamshift.control.trace import trace_link
 from streamshift.spec.catalog import KINDS, LAYERS, ControlTables, LayerTables
+from streamshift.spec.contract import APPLIED_AT, LOG_REF, SOURCE, SOURCE_REF
 from streamshift.spec.formatting import html_table
+from streamshift.spec.registry import get_flow
 from streamshift.store.heartbeat import progress_path, read_progress
 from streamshift.store.quality import counts_by_verdict
 from streamshift.store.records import (
@@ -129,7 +132,6 @@ ADJUSTING_SOURCES = ("eod_correction", "replacement", "redrive")
 def _trace_link(flow: str, key: object, layer: str) -> str:
     """The key's trace on the Migration page, relative to the report's own address there
     (``/streamshift/reports/<flow>/<date>``)."""
-    from streamshift.control.trace import trace_link
 
     return "../../" + trace_link(flow, key, layer)
 
@@ -137,8 +139,6 @@ def _trace_link(flow: str, key: object, layer: str) -> str:
 def adjustments(settings: Settings, flow: str, business_date: dt.date) -> list[dict[str, Any]]:
     """Every version of the date the EOD process applied to a layer as an adjustment (an EOD
     correction, a replacement's cancel, a re-driven row), from history, oldest first."""
-    from streamshift.spec.contract import APPLIED_AT, LOG_REF, SOURCE, SOURCE_REF
-    from streamshift.spec.registry import get_flow
 
     spec = get_flow(flow)
     found = []

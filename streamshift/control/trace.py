@@ -34,6 +34,8 @@ from streamshift.spec.contract import (
     SOURCE,
     SOURCE_REF,
 )
+from streamshift.spec.stages import stage
+from streamshift.store.records import current_stage
 from streamshift.store.tables import rows
 
 if TYPE_CHECKING:
@@ -149,14 +151,12 @@ def _version_of(payload: str | None, flow: Flow) -> Any:
 def default_layer(settings: Settings, flow: str) -> str:
     """The layer a trace reads unless told: the one serving readers in the flow's stage (the
     batch layer in shadow, where closed dates are served from it)."""
-    from streamshift.store.records import current_stage
 
     return serving_layer_of(current_stage(settings, flow))
 
 
 def serving_layer_of(stage_name: str) -> str:
     """The layer that serves readers in stage ``stage_name`` (see :func:`default_layer`)."""
-    from streamshift.spec.stages import stage
 
     return "stream" if stage(stage_name).serves == "stream" else "batch"
 

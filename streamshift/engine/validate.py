@@ -38,9 +38,10 @@ from pyspark.sql import functions as F
 
 from streamshift.engine.write.target import Target, ensure_table, when_small
 from streamshift.spec.catalog import QUALITY_RUNS_SCHEMA, ControlTables
-from streamshift.spec.contract import IS_DELETED
+from streamshift.spec.contract import IS_DELETED, MALFORMED, SOURCE_REF
 from streamshift.spec.flow import Flow
 from streamshift.store.data_docs import localize
+from streamshift.store.eodfile import check_file
 from streamshift.store.quality import (
     POLICIES,
     PROJECT,
@@ -52,6 +53,7 @@ from streamshift.store.quality import (
     suite_document,
     wanted_datasets,
 )
+from streamshift.store.tables import rows
 
 if TYPE_CHECKING:
     from streamshift.spec.settings import Settings
@@ -106,7 +108,6 @@ def dataset_frame(
         if file is None:
             return None
         from streamshift.engine.eodread import read_eod_file
-        from streamshift.store.eodfile import check_file
 
         layout = check_file(file, flow, whole_day=False)
         return typed(flow, read_eod_file(spark, file, flow, layout))
@@ -133,8 +134,6 @@ def _median_rows(
     flow = target.flow
     since = day - dt.timedelta(days=3 * history)
     if dataset == "raw":  # the files as received: the EOD runs' counts (read without Spark)
-        from streamshift.store.tables import rows
-
         runs = rows(
             target.tables.eod_runs,
             ["business_date", "received"],
@@ -515,12 +514,9 @@ def sample_batch(
     """Validate one stream micro-batch against the flow's current-state suite: the rows the
     batch brings to current state (its latest version per key). For ``status``; never raises."""
     from streamshift.engine.write.transforms import latest_per_key
-    from streamshift.spec.contract import MALFORMED
 
     started = dt.datetime.now(dt.UTC)
     try:
-        from streamshift.spec.contract import SOURCE_REF
-
         rows = latest_per_key(
             flow, typed(flow, decoded.where(F.col(MALFORMED).isNull()), SOURCE_REF)
         )

@@ -42,6 +42,7 @@ from typing import Any
 from streamshift.spec.catalog import SPARK_POOL
 from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.settings import REPO_ROOT, Settings, as_env, env_name
+from streamshift.store.endpoints import LOOPBACK, engine_address, engine_answers
 from streamshift.store.processes import group_alive, pid_alive, port_open
 
 # Each component's command. The scheduler and triggerer would also serve task logs on all
@@ -106,8 +107,6 @@ def connections(settings: Settings) -> dict[str, str]:
         "AIRFLOW_CONN_FS_DEFAULT": json.dumps(fs),
     }
     if settings.engine:  # the warm engine every Spark task but upkeep runs on
-        from streamshift.store.endpoints import engine_address
-
         host, port = engine_address(settings.engine)
         engine = {"conn_type": "spark_connect", "host": f"sc://{host}", "port": port}
         found["AIRFLOW_CONN_SPARK_CONNECT"] = json.dumps(engine)
@@ -317,7 +316,6 @@ class LocalAirflow:
         """Start the local warm engine the Spark tasks run on, unless it answers already (or
         the settings name a remote one, or none)."""
         from streamshift.local.engine import LocalEngine
-        from streamshift.store.endpoints import LOOPBACK, engine_address, engine_answers
 
         if not self.settings.engine or engine_answers(self.settings):
             return
@@ -433,7 +431,6 @@ class LocalAirflow:
         """Stop the local engine ``up`` started for this home (an engine of another home, or
         a remote one, is left alone)."""
         from streamshift.local.engine import LocalEngine
-        from streamshift.store.endpoints import LOOPBACK, engine_address
 
         if not self.settings.engine or engine_address(self.settings.engine)[0] not in LOOPBACK:
             return False

@@ -38,8 +38,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from streamshift.control.report import report_dir
+from streamshift.control.serving import view_rows
+from streamshift.control.stages import PromotionRefused, check_promotion
+from streamshift.control.trace import COLUMNS, table_rows, trace
 from streamshift.spec.catalog import external_file, landing_dir
+from streamshift.spec.formatting import format_table
+from streamshift.spec.registry import get_flow, get_generator
 from streamshift.spec.settings import Settings
+from streamshift.spec.stages import needs_approval
+from streamshift.store.endpoints import without_connect_client
+from streamshift.store.heartbeat import processed_events, read_heartbeat, read_status
+from streamshift.store.kafka import admin_client
+from streamshift.store.produce import produce_rows, read_rows
+from streamshift.store.records import current_stage
 
 DEMO_ROWS = 5_000
 LATER_DAY_ROWS = 1_500
@@ -52,8 +64,6 @@ def _say(message: str) -> None:
 
 def traced(flow: Any, tables: Any, key: str) -> None:
     """Print ``streamshift trace``'s table of ``key``: every delivery, its source and outcome."""
-    from streamshift.control.trace import COLUMNS, table_rows, trace
-    from streamshift.spec.formatting import format_table
 
     sys.stdout.write(format_table(COLUMNS, table_rows(trace(flow, tables, key))))
     sys.stdout.flush()
@@ -121,7 +131,6 @@ def run_demo(settings: Settings, flow: str, rows: int = DEMO_ROWS) -> int:
 class _Demo:
     def __init__(self, spark, settings: Settings, flow: str, rows: int, airflow) -> None:  # type: ignore[no-untyped-def]
         from streamshift.engine.write.target import Target
-        from streamshift.spec.registry import get_flow
 
         self.spark, self.settings, self.rows = spark, settings, rows
         self.flow = get_flow(flow)
@@ -153,7 +162,6 @@ class _Demo:
 
     # ---- helpers ------------------------------------------------------------------------
     def day_files(self, day: dt.date, rows: int):  # type: ignore[no-untyped-def]
-        from streamshift.spec.registry import get_generator
 
         generate_day = get_generator(self.flow.name)
         if day not in self.files:
@@ -167,7 +175,6 @@ class _Demo:
         return self.files[day]
 
     def produce(self, rows, timestamp_ms: int | None = None) -> None:  # type: ignore[no-untyped-def]
-        from streamshift.store.produce import produce_rows
 
         result = produce_rows(
             self.settings,
@@ -183,7 +190,6 @@ class _Demo:
         print(result.describe())
 
     def beat(self) -> dict:  # type: ignore[type-arg]
-        from streamshift.store.heartbeat import read_heartbeat
 
         return read_heartbeat(self.settings.home, self.flow.name, "stream")
 
@@ -207,7 +213,6 @@ class _Demo:
         raise RuntimeError(f"timed out waiting for {what}")
 
     def caught_up(self) -> None:
-        from streamshift.store.heartbeat import processed_events
 
         self.wait_for(
             lambda b: processed_events(b, self.topic) >= self.produced, "the stream to catch up"
@@ -299,11 +304,8 @@ class _Demo:
     def promote(self, to: str) -> bool:
         """Through the gate; into stream or kappa also through the streamshift_promote DAG,
         where the demo's second user, ``approver``, approves the admin's request (four eyes)."""
-        from streamshift.control.stages import PromotionRefused, check_promotion
         from streamshift.engine.jobs.promote import promote
         from streamshift.local.airflow import APPROVER
-        from streamshift.spec.stages import needs_approval
-        from streamshift.store.records import current_stage
 
         name = self.flow.name
         try:
@@ -329,7 +331,6 @@ class _Demo:
         return True
 
     def print_rows(self, df) -> None:  # type: ignore[no-untyped-def]
-        from streamshift.spec.formatting import format_table
 
         rows = [["" if v is None else str(v) for v in r] for r in df.collect()]
         print(format_table(df.columns, rows), end="")
@@ -378,8 +379,6 @@ class _Demo:
             + ("" if started_broker else " (already running; left running at the end)")
         )
         try:
-            from streamshift.store.kafka import admin_client
-
             if self.topic in admin_client(self.settings).list_topics(timeout=10).topics:
                 admin_client(self.settings).delete_topics([self.topic])[self.topic].result(60)
                 time.sleep(2)
@@ -399,7 +398,6 @@ class _Demo:
                 print("Kafka broker stopped")
 
     def start_stream_job(self) -> None:
-        from streamshift.store.endpoints import without_connect_client
 
         log, flow = self.log, self.flow.name
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -445,7 +443,6 @@ class _Demo:
         from pyspark.sql import functions as F
 
         from streamshift.engine.write.target import read
-        from streamshift.store.produce import read_rows
 
         flow, key, version, view = self.flow, self.flow.key, self.flow.version, self.view
         _say(f"promoting {flow.name} to stage shadow: the stream layer is written beside the batch")
@@ -550,10 +547,6 @@ class _Demo:
 
     def kappa_stage(self) -> None:
         """Stage kappa: no EOD file; the day closes at its cut-off, a late event after it."""
-        from streamshift.control.report import report_dir
-        from streamshift.control.serving import view_rows
-        from streamshift.store.heartbeat import read_status
-        from streamshift.store.produce import read_rows
 
         flow = self.flow
         _say(

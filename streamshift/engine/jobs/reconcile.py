@@ -45,7 +45,7 @@ from streamshift.engine.write.transforms import (
     replacement_cancels,
 )
 from streamshift.spec.catalog import EOD_FILE, EXTERNAL, PARITY
-from streamshift.spec.contract import FAILED, IS_DELETED, MALFORMED, SOURCE
+from streamshift.spec.contract import FAILED, IS_DELETED, MALFORMED, SOURCE, SOURCE_REF
 from streamshift.spec.errors import ReconcileError
 from streamshift.spec.flow import Flow
 from streamshift.store.eodfile import FileLayout, check_file
@@ -350,7 +350,6 @@ def correct_through_log(
     differences from the pinned state and produces identical messages; the write path keeps
     one copy of each version."""
     from streamshift.engine.jobs.through_log import NotApplied, produce_and_wait
-    from streamshift.spec.contract import SOURCE_REF
 
     started = time.monotonic()
     target.create_tables()

@@ -41,6 +41,7 @@ from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.requests import RedriveRequest
 from streamshift.store.processes import os_user
 from streamshift.store.quarantine import APPLIED, STILL_FAILING, UNREADABLE, pending
+from streamshift.store.tables import rows as table_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -181,7 +182,6 @@ def _apply(spark, settings, flow, target, frame, passing) -> set[str]:  # type: 
         apply_changes(flow, frame.where(F.col(SOURCE_REF).isin(refs)), REDRIVE, target)
         return set()
     from streamshift.engine.jobs.through_log import NotApplied, produce_and_wait
-    from streamshift.store.tables import rows as table_rows
 
     rows = [{**{c: r[c] for c in flow.columns}, SOURCE: REDRIVE, SOURCE_REF: r[SOURCE_REF]}
             for r in passing]  # fmt: skip

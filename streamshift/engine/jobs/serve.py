@@ -48,6 +48,7 @@ from streamshift.spec.flow import SUM, Flow, View
 from streamshift.spec.settings import Settings
 from streamshift.store import heartbeat
 from streamshift.store.events import TRANSPORT_COLUMNS, serving_topic, topic_for
+from streamshift.store.kafka import ensure_topics
 from streamshift.store.processes import process_start
 
 if TYPE_CHECKING:
@@ -420,7 +421,6 @@ def serve_topics(
 ) -> tuple[str, str]:
     """The source topic and the view's compacted topic, created when missing (no JVM: the CLI
     asks before it starts Spark, so an unreachable broker is said at once)."""
-    from streamshift.store.kafka import ensure_topics
 
     source = topic or topic_for(flow)
     out = serving_topic(source, view.name)

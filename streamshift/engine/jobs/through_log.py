@@ -11,7 +11,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from streamshift.control.cutoff import committed_offsets, offsets_behind, stream_topic
+from streamshift.spec.contract import SOURCE, SOURCE_HEADER, SOURCE_REF, SOURCE_REF_HEADER
 from streamshift.spec.errors import StreamshiftError
+from streamshift.store.heartbeat import query_name
+from streamshift.store.produce import produce_rows
 
 if TYPE_CHECKING:
     from streamshift.spec.flow import Flow
@@ -34,10 +38,6 @@ def produce_and_wait(
     """Produce ``rows`` (the flow's columns, ``_source``, ``_source_ref``) to the topic the
     stream job of ``layer`` reads; wait until that job has committed them. ``what`` names
     them in messages ("corrections of day.csv")."""
-    from streamshift.control.cutoff import committed_offsets, offsets_behind, stream_topic
-    from streamshift.spec.contract import SOURCE, SOURCE_HEADER, SOURCE_REF, SOURCE_REF_HEADER
-    from streamshift.store.heartbeat import query_name
-    from streamshift.store.produce import produce_rows
 
     topic = stream_topic(settings, flow)
     _say(f"producing {len(rows)} {what} to {topic}")
