@@ -255,17 +255,19 @@ def test_a_new_days_views_come_from_the_batch_unless_another_writer_commits_mean
     from the table, so the view ends as a full recompute of current state says. Both paths: a
     large day's file, and a small one (a few thousand rows), which looks its keys up first."""
     from streamshift.engine.write import apply as apply_module
+    from streamshift.engine.write import batches as batches_module
+    from streamshift.engine.write import views as views_module
 
     if large:
         monkeypatch.setattr(apply_module, "PRUNE_KEYS_BELOW", 0)  # the path of a large file
     merges: list[str] = []
-    real_merge_view = apply_module._merge_view
+    real_merge_view = views_module._merge_view
 
     def merge_view(spark_, view, live, *args):  # type: ignore[no-untyped-def]
         merges.append(view.name)
         return real_merge_view(spark_, view, live, *args)
 
-    monkeypatch.setattr(apply_module, "_merge_view", merge_view)
+    monkeypatch.setattr(views_module, "_merge_view", merge_view)
     day1 = [trade(f"t{i}", 1, date=D1, quantity=10 + i) for i in range(4)]
     assert apply_changes(FLOW, frame(spark, day1), "eod", target).views_from == "batch"
     assert len(merges) == 1  # the batch's own rows: one recompute
@@ -278,7 +280,7 @@ def test_a_new_days_views_come_from_the_batch_unless_another_writer_commits_mean
     day2 = [trade(f"u{i}", 1, quantity=100 + i) for i in range(4)]
     interfered: list[bool] = []
     history_in = threading.Event()  # the stream's history write must not race day 2's
-    real_merge_history = apply_module._merge_history
+    real_merge_history = batches_module._merge_history
 
     def merge_history(*args):  # type: ignore[no-untyped-def]
         real_merge_history(*args)
@@ -293,8 +295,8 @@ def test_a_new_days_views_come_from_the_batch_unless_another_writer_commits_mean
         return merge_view(spark_, view, live, *args)
 
     merges.clear()
-    monkeypatch.setattr(apply_module, "_merge_history", merge_history)
-    monkeypatch.setattr(apply_module, "_merge_view", interfering_merge_view)
+    monkeypatch.setattr(batches_module, "_merge_history", merge_history)
+    monkeypatch.setattr(views_module, "_merge_view", interfering_merge_view)
     second = apply_changes(FLOW, frame(spark, day2), "eod", target)
     assert second.views_from == "batch, then table"
     version, _, _, quantity, _ = current(spark, target)["u0"]
@@ -311,7 +313,7 @@ def test_a_new_days_views_come_from_the_batch_unless_another_writer_commits_mean
     # batch. The log's version says another commit came between: views from the table.
     D3 = "2026-11-21"
     looks_up = "_touched_groups" if large else "_history_of"  # after the date is seen empty
-    real_touched = getattr(apply_module, looks_up)
+    real_touched = getattr(batches_module, looks_up)
     stream_added: list[bool] = []
 
     def interfering_touched(*args):  # type: ignore[no-untyped-def]
@@ -321,8 +323,8 @@ def test_a_new_days_views_come_from_the_batch_unless_another_writer_commits_mean
             apply_changes(FLOW, frame(spark, stream), "stream", target)
         return real_touched(*args)
 
-    monkeypatch.setattr(apply_module, "_merge_view", real_merge_view)
-    monkeypatch.setattr(apply_module, looks_up, interfering_touched)
+    monkeypatch.setattr(views_module, "_merge_view", real_merge_view)
+    monkeypatch.setattr(batches_module, looks_up, interfering_touched)
     day3 = [trade(f"w{i}", 1, date=D3, quantity=1 + i) for i in range(4)]
     third = apply_changes(FLOW, frame(spark, day3), "eod", target)
     assert (third.applied, third.views_from) == (4, "table")
@@ -341,11 +343,12 @@ def test_an_apply_run_again_after_a_conflict_counts_the_rows_its_first_attempt_c
     from delta.exceptions import ConcurrentAppendException
 
     from streamshift.engine.write import apply as apply_module
+    from streamshift.engine.write import batches as batches_module
 
     if large:
         monkeypatch.setattr(apply_module, "PRUNE_KEYS_BELOW", 0)
     history_step = "_merge_history" if large else "_insert_history"
-    real_history, real_current = getattr(apply_module, history_step), apply_module._merge_current
+    real_history, real_current = getattr(batches_module, history_step), apply_module._merge_current
     current_in = threading.Event()
     calls: list[str] = []
 
@@ -362,7 +365,7 @@ def test_an_apply_run_again_after_a_conflict_counts_the_rows_its_first_attempt_c
         return real_history(*args)
 
     monkeypatch.setattr(apply_module, "_merge_current", merge_current)
-    monkeypatch.setattr(apply_module, history_step, history_conflicting_once)
+    monkeypatch.setattr(batches_module, history_step, history_conflicting_once)
     day = [trade("a", 1, quantity=5), trade("b", 1, quantity=7), trade("b", 2, quantity=9)]
     result = apply_changes(FLOW, frame(spark, day), "eod", target)
     assert calls == ["history", "history"]  # the conflict, then the apply run again
@@ -434,11 +437,11 @@ def test_no_view_update_is_lost_when_a_writer_applies_between_anothers_read_and_
     """Forced interleaving: writer B's whole apply runs after writer A computed its view
     groups and before A's view MERGE. The view must still equal a recompute of current state
     (A's groups computed before B committed are computed again)."""
-    from streamshift.engine.write import apply as apply_module
+    from streamshift.engine.write import views as views_module
 
     if second_batch:  # the group already holds a trade, so A's views come from the table
         apply_changes(FLOW, frame(spark, [trade("z", 1, quantity=1)]), "test", target)
-    original, interleaved = apply_module._merge_view, []
+    original, interleaved = views_module._merge_view, []
 
     def b_between_read_and_merge(*args):  # type: ignore[no-untyped-def]
         if not interleaved:
@@ -446,7 +449,7 @@ def test_no_view_update_is_lost_when_a_writer_applies_between_anothers_read_and_
             apply_changes(FLOW, frame(spark, [trade("b", 1, quantity=30)]), "writer-b", target)
         return original(*args)
 
-    monkeypatch.setattr(apply_module, "_merge_view", b_between_read_and_merge)
+    monkeypatch.setattr(views_module, "_merge_view", b_between_read_and_merge)
     apply_changes(FLOW, frame(spark, [trade("a", 1, quantity=100)]), "writer-a", target)
     assert interleaved
     live = [r for r in read(spark, target.tables.current).collect() if not r.is_deleted]

@@ -1,11 +1,12 @@
 """A class-data-sharing archive of the Spark driver's classes, made once by scripts/setup.
 
-A Spark + Delta driver JVM loads ~25,000 classes; reading, verifying and laying out each one is
-a large part of a short job's CPU (a 300-row EOD job spends ~40 s of CPU, most of it before
-its data matters). Java's dynamic class-data sharing (JEP 350) dumps the classes a JVM loaded
-into an archive at exit (``-XX:ArchiveClassesAtExit``); every later JVM started with
-``-XX:SharedArchiveFile`` maps them instead of loading them (bench/submit_tuning.py). The archive is made by a training run: a small generated EOD load of the first
-registered flow and its corrections, through spark-submit as Airflow runs them.
+A Spark + Delta driver JVM loads tens of thousands of classes; reading, verifying and laying out
+each one is a large part of a short job's CPU, most of it before its data matters. Java's
+dynamic class-data sharing (JEP 350) dumps the classes a JVM loaded into an archive at exit
+(``-XX:ArchiveClassesAtExit``); every later JVM started with ``-XX:SharedArchiveFile`` maps them
+instead of loading them (bench/submit_tuning.py). The archive is made by a training run: a
+small generated EOD load of the first registered flow and its corrections, through
+spark-submit as Airflow runs them.
 
 The archive is only valid for the JVM and classpath that made it: a JVM that cannot use it
 runs without it (the warning is turned off), so a stale archive costs speed, never a job.

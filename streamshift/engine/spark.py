@@ -49,11 +49,11 @@ def jars(settings: Settings) -> list[str]:
 
 # JVM options for short-lived drivers (the test suite's, a small day's job): C1 only, since
 # C2's compiling costs more CPU than it saves in a job of minutes, and a code cache as large as
-# tiered compilation's default. With C1 alone the JVM reserves only 48 MB, which Spark, Delta
-# and Janino's generated classes fill; the code cache sweeper then runs nearly non-stop (47 s of
-# a 4-minute test's CPU) and C1 recompiles what it flushed (git log -p BENCHMARKS.md: "Code cache"). The
-# serial collector: on 2 cores G1's concurrent threads and barriers cost more than its short
-# pauses save for a driver of small data (the same test's CPU 0.64-0.75 of G1's).
+# tiered compilation's default: with C1 alone the JVM reserves a code cache that Spark, Delta
+# and Janino's generated classes fill, and its sweeper then runs nearly non-stop while C1
+# recompiles what it flushed. The serial collector: on 2 cores G1's concurrent threads and
+# barriers cost more than its short pauses save for a driver of small data
+# (bench/submit_tuning.py).
 SHORT_JOB_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m -XX:+UseSerialGC"
 
 

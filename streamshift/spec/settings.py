@@ -129,9 +129,9 @@ class Settings:
     )
     engine_memory: str = _setting("3g", str, "driver memory of the local engine")
     spark_ui: bool = _setting(False, _bool, "start the Spark web UI")
-    # Every driver this kit starts works through up to a million rows at a time: the
-    # throughput collector loads a 1M-row EOD day ~13 % faster than G1 on 2 cores and catches
-    # a stream up ~18 % faster, with no latency lost (bench/eod_load.py, bench/stream_catchup.py).
+    # Every driver this kit starts works through up to a million rows at a time: on two cores
+    # the throughput collector loads an EOD day and catches a stream up faster than G1, with
+    # no latency lost (bench/eod_load.py, bench/stream_catchup.py).
     spark_driver_java_options: str = _setting(
         "-XX:+UseParallelGC",
         str,

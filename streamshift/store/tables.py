@@ -87,7 +87,7 @@ def query(sql: str, tables: dict[str, str | Path]) -> pa.Table:
     for name, path in tables.items():
         builder = builder.register(name, _opened(path))
     # From the Arrow stream: pa.table() would first ask whether its argument is a pandas
-    # DataFrame, and so import pandas (~1 s of every read command's start).
+    # DataFrame, and so import pandas (seconds of every read command's start).
     return _naive_utc(pa.RecordBatchReader.from_stream(builder.execute(sql)).read_all())
 
 

@@ -458,7 +458,7 @@ def run_serve(
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         # Otherwise every put reads the key first, only to count the store's rows (a metric
-        # nothing here reads): ~7 % of a 1M-event catch-up (BENCHMARKS.md, throughput).
+        # nothing here reads; bench/stream_throughput.py).
         "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows": "false",
         "spark.sql.shuffle.partitions": "1",
     }

@@ -208,7 +208,7 @@ def batch_writer(
         before = set(jobs.statusTracker().getJobIdsForGroup(group)) if group else set()
         try:
             # Not persisted: the apply's own frame is the batch's one cache (a second cache, of
-            # the decoded messages, cost ~6 % of a 1M-event batch: BENCHMARKS.md). Only
+            # the decoded messages, costs a large batch time: bench/stream_throughput.py). Only
             # undecodable messages keep their Kafka key, value and time, for the dead-letter
             # topic, which gets them from the apply's frame before quarantine records them.
             decoded = batch.transform(decode(flow))
@@ -410,9 +410,9 @@ def checkpoint_path(settings: Settings, flow: Flow, layer: str) -> str:
 
 
 # How long a broker may hold a fetch of Spark's Kafka source for more bytes (Kafka's default:
-# 500 ms). A micro-batch only reads offsets that exist, yet its task's fetch still waited the
-# whole default: 0.53 s of a one-event batch's Kafka stage, 0.04-0.05 s at 10 ms (BENCHMARKS.md,
-# "Where a one-event serving batch goes"). A batch of many events fills the fetch anyway.
+# 500 ms). A micro-batch only reads offsets that exist, yet its task's fetch still waits the
+# whole default, most of a one-event batch's Kafka stage (BENCHMARKS.md, "Where a one-event
+# serving batch goes"). A batch of many events fills the fetch anyway.
 FETCH_MAX_WAIT_MS = 10
 
 

@@ -89,7 +89,7 @@ def ensure_table(
     )
     # Deletion vectors, for big tables: a MERGE that touches one row marks it deleted instead
     # of rewriting the whole file it lives in (a correction costs one row, not one file). On
-    # small tables rewriting the file is cheaper than the vector (~0.5 s less per MERGE).
+    # small tables rewriting the file is cheaper than the vector (bench/delta_floor.py).
     properties = {"delta.enableDeletionVectors": str(deletion_vectors).lower()}
     if change_data_feed:
         properties["delta.enableChangeDataFeed"] = "true"
@@ -124,9 +124,8 @@ def delta_log_version(spark: SparkSession, path: str) -> int:
 
 
 # Work on less than this (the dates' current state, the input files) runs its queries without
-# generated code: on a few thousand rows Janino's compiling costs more than it saves
-# (bench/small_apply.py: 0.72 of the time of a 60-row apply on a 5,000-row day; 1.06 on a
-# 300,000-row day, where the interpreter's slower scans cost more).
+# generated code: on a few thousand rows Janino's compiling costs more than it saves, while on
+# hundreds of thousands the interpreter's slower scans cost more (bench/small_apply.py).
 INTERPRET_BELOW_BYTES = 2 * 1024 * 1024
 
 
@@ -197,8 +196,8 @@ def empty_reference(spark: SparkSession, flow: Flow) -> dict[str, DataFrame]:
 
 
 # ---- schemas ------------------------------------------------------------------------------
-# Derived schemas by flow object: planning the flow's transforms on empty frames costs ~1 s of
-# driver time, and every job opens its targets (and so their tables' schemas) again.
+# Derived schemas by flow object: planning the flow's transforms on empty frames costs driver
+# time, and every job opens its targets (and so their tables' schemas) again.
 _SCHEMAS: dict[tuple[int, str], tuple[Flow, StructType]] = {}
 
 

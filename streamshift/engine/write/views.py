@@ -1,0 +1,144 @@
+"""Step 5 of the write path: the view groups an apply touched, recomputed from current state
+and MERGEd into each view table (groups that vanished are deleted; a group whose value did not
+change is not written, so a view's change feed holds real changes only).
+
+The groups are recomputed from the batch's own rows when every key went into dates current
+state never held and no other writer committed since (a new day's file: no read-back of the
+files just written), else from current state as stored; and again from the table until no
+commit came between, so the last writer to MERGE a group computed it from the latest state.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from streamshift.engine.write.commits import merge_into
+from streamshift.engine.write.predicates import isin
+from streamshift.engine.write.steps import Steps
+from streamshift.engine.write.target import delta_log_version, read
+from streamshift.engine.write.transforms import changed_groups, recompute_view_groups
+from streamshift.spec import sqltext as sql
+from streamshift.spec.catalog import LayerTables
+from streamshift.spec.contract import IS_DELETED
+from streamshift.spec.flow import Flow
+from streamshift.spec.sqltext import Sql
+
+if TYPE_CHECKING:
+    from streamshift.engine.write.apply import ApplyResult
+
+# Views with fewer touched groups than this are MERGEd from rows collected to the driver.
+LOCAL_SOURCE_BELOW = 10_000
+
+
+def refresh_views(
+    spark: SparkSession,
+    flow: Flow,
+    tables: LayerTables,
+    steps: Steps,
+    result: ApplyResult,
+    touched: set[tuple[object, ...]],
+    touched_dates: list[object],
+    date_filter: Sql,
+    batch: tuple[DataFrame, int] | None,
+) -> None:
+    """Recompute the ``touched`` groups (of ``flow.group_columns``) of every view.
+
+    ``batch`` = (the batch's latest rows, the current-state version they made): recompute
+    from those first; ``None``: from current state as stored."""
+    group_columns, bd = flow.group_columns, flow.business_date
+
+    def recompute(current: DataFrame) -> None:
+        live = current.where(~F.col(IS_DELETED))
+        for view in flow.views:
+            at = [group_columns.index(c) for c in view.group_key]
+            groups_rows = sorted({tuple(g[i] for i in at) for g in touched}, key=repr)
+            groups = spark.createDataFrame(groups_rows, live.select(*view.group_key).schema)
+            steps.submit(
+                f"view {view.name}",
+                _merge_view,
+                spark,
+                view,
+                live,
+                groups,
+                tables.view(view.name),
+                date_filter,
+                len(groups_rows) < LOCAL_SOURCE_BELOW,
+            )
+            result.touched_groups[view.name] = len(groups_rows)
+        steps.wait(*(f"view {v.name}" for v in flow.views))
+
+    def from_table() -> int:
+        """Recompute the groups from current state at its latest version; that version."""
+        version = delta_log_version(spark, tables.current)
+        recompute(read(spark, tables.current, version).where(isin(bd, touched_dates)))
+        return version
+
+    if batch is not None:
+        rows, basis = batch
+        recompute(rows)
+        result.views_from = "batch"
+    else:
+        basis, result.views_from = from_table(), "table"
+    # The view MERGEs wrote values computed from current state at version ``basis``. Had
+    # another writer committed to current state since, its own view MERGE may have gone in
+    # before these and been overwritten with older values: recompute from the table until
+    # no commit came in between (the last writer to MERGE a group computed it from the
+    # latest current state, so no update is lost).
+    while delta_log_version(spark, tables.current) != basis:
+        basis = from_table()
+        if result.views_from == "batch":
+            result.views_from = "batch, then table"
+    result.views_committed_at = time.time()
+
+
+def _merge_view(
+    spark: SparkSession,
+    view,
+    live: DataFrame,
+    groups: DataFrame,  # type: ignore[no-untyped-def]
+    path: str,
+    date_filter: Sql,
+    local: bool,
+) -> None:
+    """MERGE the touched groups that actually changed; nothing to change, no commit."""
+    recomputed = recompute_view_groups(view.compute, live, groups, view.group_key)
+    stored = (
+        read(spark, path)
+        .alias("t")
+        .where(date_filter.column())
+        .join(F.broadcast(groups), list(view.group_key), "left_semi")
+    )
+    changed = changed_groups(recomputed, stored, view.group_key)
+    if local:
+        # Few groups: hand the MERGE local rows (no source materialisation, fewer jobs).
+        rows = changed.collect()
+        if not rows:
+            return
+        source = spark.createDataFrame(rows, changed.schema)
+    else:
+        # Persisted so the emptiness check and the MERGE's passes compute the groups once.
+        source = changed.persist()
+        if source.isEmpty():
+            source.unpersist()
+            return
+    try:
+        value_columns = [c for c in source.columns if c not in view.group_key and c != "_present"]
+        on = date_filter
+        for c in view.group_key:
+            on = on & sql.col(c, "t").eq_null_safe(sql.col(c, "s"))
+        present = sql.col("_present", "s").is_not_null()
+        merge_into(
+            path,
+            source,
+            on,
+            delete_when=~present,
+            update={c: sql.col(c, "s") for c in value_columns},
+            insert={c: sql.col(c, "s") for c in (*view.group_key, *value_columns)},
+            insert_when=present,
+        )
+    finally:
+        source.unpersist()
