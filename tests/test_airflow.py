@@ -22,11 +22,12 @@ import pytest
 
 from flows.trades import FLOW
 from streamshift.engine.write.target import delta_log_version
-from streamshift.local.airflow import AirflowApiError, LocalAirflow, metadata_db
+from streamshift.local.airflow import LocalAirflow, metadata_db
 from streamshift.spec import catalog
 from streamshift.spec.catalog import LayerTables
 from streamshift.spec.registry import flow_names
 from streamshift.spec.settings import REPO_ROOT, load_settings
+from streamshift.store.airflow_api import AirflowApiError
 from streamshift.store.processes import group_alive, group_members
 from streamshift.store.produce import read_rows
 from streamshift.store.tables import rows

@@ -40,7 +40,6 @@ from streamshift.local.airflow import (
     OPERATOR,
     USER,
     VIEWER,
-    AirflowApiError,
     LocalAirflow,
     password,
 )
@@ -48,6 +47,7 @@ from streamshift.spec import catalog
 from streamshift.spec.catalog import ControlTables
 from streamshift.spec.registry import flow_names
 from streamshift.spec.stages import NAMES as STAGES
+from streamshift.store.airflow_api import AirflowApiError
 from streamshift.store.records import current_stage
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]

@@ -53,13 +53,17 @@ from streamshift.control.trace import (
     shown_ref,
     table_rows,
     trace,
+    trace_link,
 )
 from streamshift.spec.catalog import PARITY, ControlTables, LayerTables
 from streamshift.spec.formatting import html_cell as _e
 from streamshift.spec.formatting import html_table
-from streamshift.spec.registry import get_flow
+from streamshift.spec.registry import flow_names, get_flow
+from streamshift.spec.settings import Settings, load_settings
 from streamshift.spec.stages import FIRST, next_stage
 from streamshift.spec.stages import stage as stage_of
+from streamshift.store.airflow_api import AirflowApiError, AirflowClient
+from streamshift.store.heartbeat import read_status
 from streamshift.store.quality import counts_by_verdict
 from streamshift.store.quarantine import pending
 from streamshift.store.records import (
@@ -77,11 +81,6 @@ def _q(text: str) -> str:
     """``text`` as a URL query value."""
     return urllib.parse.quote(text, safe="")
 
-
-from streamshift.control.trace import trace_link
-from streamshift.spec.registry import flow_names
-from streamshift.spec.settings import Settings, load_settings
-from streamshift.store.heartbeat import read_status
 
 PROMOTE_DAG = "streamshift_promote"
 REDRIVE_DAG = "streamshift_redrive"
@@ -238,203 +237,37 @@ def break_link(flow: str, day: dt.date, key: str) -> str | None:
 
 
 # ---- the page -----------------------------------------------------------------------------
-def _flow_section(s: dict[str, Any]) -> str:
-    flow = s["flow"]
-
-    def state(d: dict[str, Any]) -> tuple[str, str, str]:  # class, title, mark
-        if not d["rows"]:
-            return "empty", "no rows in either layer (not evidence)", "∅"
-        if d["clean"]:
-            return "clean", "clean", "✓"
-        return "breaks", f"{d['breaks']} breaks", str(d["breaks"])
-
-    streak = "".join(
-        f"<li class='day {state(d)[0]}' data-date='{d['business_date']}'"
-        f" data-breaks='{d['breaks']}' title='{d['business_date']}: {state(d)[1]}'>"
-        + (
-            f"<a href='{_e(d['report'])}'>{d['business_date']}</a>"
-            if d["report"]
-            else _e(d["business_date"])
-        )
-        + f" <span>{state(d)[2]}</span></li>"
-        for d in s["parity_streak"]
-    )
-    last = s["last_reconciliation"]
-    if last:
-        report = (
-            f"<a class='report' href='{_e(last['report'])}'>report of {last['business_date']}</a>"
-            if last["report"]
-            else "<span class='none'>no report written for this date yet</span>"
-        )
-        recon = (
-            f"<p>business date <b class='last-date'>{last['business_date']}</b>: "
-            f"<b class='last-breaks'>{last['breaks']}</b> breaks · {report}</p>"
-            + html_table(
-                last["runs"],
-                ["recon", "breaks", "missing_left", "missing_right", "value_mismatch", "run_id"],
-                "runs",
-            )
-            + "<h4>Worst breaks</h4>"
-            + html_table(
-                last["worst"],
-                ["recon", "kind", "key", "column", "left_value", "right_value", "difference"],
-                "worst",
-                links={"key": "why"},
-            )
-        )
-    else:
-        recon = "<p class='none'>not reconciled yet</p>"
-    streams = (
-        "".join(
-            f"<li class='stream {_stream_class(x)}'>{_e(x['status'])}</li>" for x in s["streams"]
-        )
-        or "<li class='none'>no streaming job has run for this flow</li>"
-    )
-    quality = s["quality"]
-    if quality:
-        n = quality["counts"]
-        docs = " · ".join(
-            f"<a class='data-docs' href='{_e(href)}'>{_e(name)}</a>"
-            for name, href in sorted(quality["data_docs"].items())
-        )
-        quality_html = (
-            f"<p>business date <b class='quality-date'>{quality['business_date']}</b>: "
-            f"<b class='q-pass'>{n['pass']}</b> pass · <b class='q-warn'>{n['warn']}</b> warn · "
-            f"<b class='q-fail'>{n['fail']}</b> fail</p>"
-            + "".join(f"<p class='q-failed'>{_e(f)}</p>" for f in quality["failed"])
-            + f"<p>Data Docs: {docs} · <a href='data_docs/index.html'>all runs</a></p>"
-        )
-    else:
-        quality_html = "<p class='none'>no data-quality run yet</p>"
-    quarantine = s["quarantine"]
-
-    def rule_row(q: dict[str, Any]) -> str:
-        # a date's own row re-drives that date; "all" the rule's every date; a row whose date
-        # is unread only with them all
-        day = q["business_date"]
-        shown = "all dates" if day == "all" else ("no date" if day is None else str(day))
-        date = "" if day in ("all", None) else str(day)
-        button = (
-            f"<button data-flow='{_e(flow)}' data-rule='{_e(q['rule'])}' "
-            f"data-date='{date}'>Re-drive</button>"
-            if day is not None
-            else ""
-        )
-        return (
-            f"<tr data-rule='{_e(q['rule'])}' data-date='{_e(shown)}'"
-            + (" class='rule'" if day == "all" else "")
-            + f"><td data-col='rule'>{_e(q['rule'])}</td><td data-col='business_date'>"
-            f"{_e(shown)}</td><td data-col='rows'>{q['rows']}</td><td>{button}</td></tr>"
-        )
-
-    rules = "".join(rule_row(q) for q in quarantine["by_rule"])
-    redrive = (
-        (
-            "<div class='redrive'><table class='quarantine'><thead><tr><th>rule</th>"
-            "<th>business date</th><th>rows</th><th></th></tr></thead>"
-            f"<tbody>{rules}</tbody></table><p class='outcome'></p></div>"
-        )
-        if rules
-        else "<p class='none quarantine'>nothing to re-drive</p>"
-    ) + (
-        "<h4>Latest re-drives</h4>"
-        + html_table(
-            quarantine["redrives"],
-            ["redriven_at", "source_ref", "rule", "outcome", "rules", "redriven_by"],
-            "redrives",
-        )
-        if quarantine["redrives"]
-        else ""
-    )
-    evidence = s["evidence"]
-    gate = (
-        "gate open: the last reconciled dates are clean"
-        if evidence["sufficient"]
-        else "gate closed: " + "; ".join(evidence["problems"])
-    )
-    promote = ""
-    if s["next_stage"]:
-        note = gate if s["next_is_gated"] else "no reconciliation evidence needed for this step"
-        promote = (
-            f"<div class='promote'><button data-flow='{_e(flow)}' data-to='{_e(s['next_stage'])}'>"
-            f"Promote to {_e(s['next_stage'])}</button> <input class='reason' "
-            f"placeholder='reason (optional)'> <span class='gate'>{_e(note)}</span>"
-            f"<p class='outcome'></p></div>"
-        )
-    return f"""
-<section class="flow" data-flow="{_e(flow)}">
-<h2>{_e(flow)} <span class="stage" data-stage="{_e(s["stage"])}">{_e(s["stage"])}</span></h2>
-{promote}
-<h3>Evidence streak <small>({_e(s["streak_kind"])}, newest last; <b class="clean-run">{s["clean_days_in_a_row"]}</b>
-clean in a row; promotion needs {evidence["window"]})</small></h3>
-<ol class="streak">{streak or f"<li class='none'>no reconciliation of {_e(s['streak_kind'])} yet</li>"}</ol>
-<h3>Last reconciliation</h3>
-{recon}
-<h3>Data quality</h3>
-{quality_html}
-<h3>Quarantine <small>({_e(quarantine["layer"])} layer; rows a re-drive would try)</small></h3>
-{redrive}
-<h3>Stream</h3>
-<ul class="streams">{streams}</ul>
-<h3>Stage history</h3>
-{html_table(s["stage_history"], ["changed_at", "from_stage", "to_stage", "changed_by", "forced", "reason"], "history")}
-<h3>Promotion approvals (four eyes)</h3>
-{html_table(s["approvals"], ["decided_at", "from_stage", "to_stage", "requested_by", "decision", "decided_by"], "approvals")}
-</section>"""
+# The page's HTML is Jinja2 templates (templates/), its script a static file (static/), both
+# inside the package; values reach the HTML through ``cell`` (the CLI's formatting, escaped).
+PAGE_FILES = Path(__file__).resolve().parent
+_TEMPLATES: Any = None
 
 
-SCRIPT = """
-// Both buttons start a DAG run through the page's API as the signed-in user, then follow it:
-// the page reloads when it succeeds; a refusal or a failed run is said where the button is.
-async function start(button, out, url, payload) {
-  button.disabled = true;
-  const resp = await fetch(url, {method: 'POST', headers: {'Content-Type': 'application/json'},
-    body: JSON.stringify(payload)});
-  const body = await resp.json();
-  if (resp.ok) return body;
-  out.className = 'outcome refused'; out.textContent = body.detail; button.disabled = false;
-  return null;
-}
-async function follow(out, body, dag, onPoll) {
-  for (;;) {
-    await new Promise(r => setTimeout(r, 3000));
-    const run = await (await fetch(`api/runs/${dag}/${encodeURIComponent(body.run_id)}`)).json();
-    if (run.state === 'success') { location.reload(); return; }
-    if (onPoll) onPoll(run);
-    if (run.state === 'failed') { out.className = 'outcome refused'; out.textContent = `run ${body.run_id} failed: see its log in the DAG ${dag}`; return; }
-  }
-}
-for (const button of document.querySelectorAll('.redrive button')) {
-  button.addEventListener('click', async () => {
-    const out = button.closest('.redrive').querySelector('.outcome');
-    out.className = 'outcome running'; out.textContent = 're-driving ...';
-    const body = await start(button, out, `api/flows/${button.dataset.flow}/redrive`,
-      {rule: button.dataset.rule, business_date: button.dataset.date || null});
-    if (!body) return;
-    out.textContent = `${body.message} (run ${body.run_id}) ...`;
-    await follow(out, body, 'streamshift_redrive');
-  });
-}
-for (const button of document.querySelectorAll('.promote button')) {
-  button.addEventListener('click', async () => {
-    const box = button.closest('.promote'), out = box.querySelector('.outcome');
-    out.textContent = 'checking the gate ...';
-    const reason = box.querySelector('.reason').value || null;
-    const body = await start(button, out, `api/flows/${button.dataset.flow}/promote`,
-      {to: button.dataset.to, reason});
-    if (!body) return;
-    out.className = 'outcome running';
-    out.textContent = `${body.message}: recording (run ${body.run_id}) ...`;
-    await follow(out, body, 'streamshift_promote', run => {
-      if (!run.approval) return;
-      out.className = 'outcome awaiting'; out.innerHTML = '';
-      out.append(`${body.message}: waiting for a second user's approval (run ${body.run_id}) — `);
-      const link = document.createElement('a'); link.href = run.approval; link.target = '_top';
-      link.textContent = 'Required actions'; out.append(link);
-    });
-  });
-}
-"""
+def _templates() -> Any:
+    """The page's Jinja2 environment (Jinja2 ships with Airflow), made once."""
+    global _TEMPLATES
+    if _TEMPLATES is None:
+        import jinja2
+        from markupsafe import Markup
+
+        env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader([PAGE_FILES / "templates", PAGE_FILES / "static"]),
+            autoescape=jinja2.select_autoescape(["html"]),
+            undefined=jinja2.StrictUndefined,
+            keep_trailing_newline=True,
+        )
+        env.filters["cell"] = lambda value: Markup(_e(value))
+        env.filters["q"] = _q
+        env.globals["table"] = lambda rows, columns, cls="", links=None: Markup(
+            html_table(rows, columns, cls, links)
+        )
+        env.globals["stream_class"] = _stream_class
+        _TEMPLATES = env
+    return _TEMPLATES
+
+
+def _page(template: str, **values: Any) -> str:
+    return str(_templates().get_template(template).render(**values))
 
 
 def _trace(settings: Any, flow: str, key: str, layer: str | None) -> Any:
@@ -447,17 +280,6 @@ def _trace(settings: Any, flow: str, key: str, layer: str | None) -> Any:
     spec = get_flow(flow)
     chosen = layer or default_layer(settings, flow)
     return trace(spec, LayerTables(settings.warehouse, spec, chosen), key)
-
-
-def _answer_page(title: str) -> str:
-    """The head of an answer page (a trace, an explanation), linking back to the page."""
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>streamshift · {_e(title)}</title>
-<style>body {{ font-family: system-ui, sans-serif; margin: 1em 2em; }}
-table {{ border-collapse: collapse; font-size: .85em; }}
-td, th {{ padding: 2px 8px; border-bottom: 1px solid #eee; text-align: left; }}</style></head>
-<body><p><a href="migration">← Migration</a></p>
-"""
 
 
 def render_trace(settings: Any, flow: str, key: str, layer: str | None) -> str:
@@ -473,14 +295,16 @@ def render_trace(settings: Any, flow: str, key: str, layer: str | None) -> str:
         f"from {shown_ref(now)}"
     )
     other = "batch" if found.layer == "stream" else "stream"
-    return (
-        _answer_page(f"trace {key}")
-        + f"""<h1>{_e(flow)} key <span class="key">{_e(key)}</span></h1>
-<p class="current">The {_e(found.layer)} layer: {_e(state)}. Every version it received, in the
-order received (<code>applied*</code>: still current).
-<a href="trace?flow={_q(flow)}&amp;key={_q(key)}&amp;layer={other}">The {other} layer</a>.</p>
-{html_table(rows, COLUMNS, "trace")}
-</body></html>"""
+    return _page(
+        "trace.html",
+        title=f"trace {key}",
+        flow=flow,
+        key=key,
+        layer=found.layer,
+        state=state,
+        other=other,
+        rows=rows,
+        columns=COLUMNS,
     )
 
 
@@ -519,7 +343,6 @@ def render_explain(
         }
         for r, c in zip(ex.change_rows(found), found.changes, strict=True)
     ]
-    measures = "".join(f"<li>{_e(line)}</li>" for line in ex.measure_lines(found))
     row = (
         "its row, made by its members"
         if found.row is not None
@@ -527,52 +350,30 @@ def render_explain(
         if found.changes_total
         else "no row, and no change ever touched this group (check the values, or the other layer)"
     )
-    more = (
-        f" (the newest {len(found.changes)} of {found.changes_total}; "
-        f"<code>streamshift explain --changes 0</code> lists all)"
-        if found.changes_total > len(found.changes)
-        else ""
-    )
-    here = f"explain?flow={_q(flow)}&amp;view={_q(view)}&amp;date={_q(day)}&amp;group={_q(group)}"
-    return (
-        _answer_page(f"explain {named}")
-        + f"""<h1>{_e(flow)} · {_e(found.view)} <span class="group">{_e(named)}</span></h1>
-<p class="layer">The {_e(found.layer)} layer: {row}. <a href="{here}&amp;layer={other}">The {other} layer</a>.</p>
-<ul class="measures">{measures}</ul>
-<h2>Members <small>({len(found.members)} live keys)</small></h2>
-{html_table(members, ex.MEMBER_COLUMNS, "members", links={"key": "trace"})}
-<h2>Changes that moved it <small>newest first{more}</small></h2>
-{html_table(changes, ex.CHANGE_COLUMNS, "changes", links={"key": "trace"})}
-</body></html>"""
+    here = f"explain?flow={_q(flow)}&view={_q(view)}&date={_q(day)}&group={_q(group)}"
+    return _page(
+        "explain.html",
+        title=f"explain {named}",
+        flow=flow,
+        view=found.view,
+        named=named,
+        layer=found.layer,
+        row=row,
+        here=here,
+        other=other,
+        measures=ex.measure_lines(found),
+        members=members,
+        members_total=len(found.members),
+        member_columns=ex.MEMBER_COLUMNS,
+        changes=changes,
+        changes_total=found.changes_total,
+        change_columns=ex.CHANGE_COLUMNS,
     )
 
 
 def render(flows: list[dict[str, Any]], user: str) -> str:
-    sections = "".join(_flow_section(s) for s in flows)
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>streamshift · Migration</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 1em 2em; color: #222; }}
-h2 {{ border-bottom: 1px solid #ddd; }} .stage {{ background: #4c72b0; color: #fff;
-  padding: 0 .5em; border-radius: 4px; font-size: .8em; }}
-table {{ border-collapse: collapse; font-size: .85em; }}
-td, th {{ padding: 2px 8px; border-bottom: 1px solid #eee; text-align: left; }}
-.none {{ color: #888; }} ol.streak {{ list-style: none; padding: 0; display: flex; flex-wrap: wrap; gap: 4px; }}
-.day {{ padding: 2px 6px; border-radius: 3px; font-size: .8em; }}
-.day.clean {{ background: #d4edda; }} .day.breaks {{ background: #f8d7da; }}
-.day.empty {{ background: #eee; color: #888; }}
-.refused, .failing {{ color: #a00; }} .running, .awaiting {{ color: #555; }}
-</style></head><body>
-<h1>Migration</h1>
-<form class="trace" action="trace" method="get">Where's my adjustment?
-<select name="flow">{"".join(f"<option>{_e(f['flow'])}</option>" for f in flows)}</select>
-<input name="key" placeholder="a key" required> <button>Trace</button></form>
-<p>Signed in as <b class="user">{_e(user)}</b>. Each flow's migration stage, the reconciliation
-evidence a promotion needs, and its stream's health. Promotion goes through the same gate as
-<code>streamshift promote</code> and is recorded with your user name.</p>
-{sections or "<p class='none'>no flows</p>"}
-<script>{SCRIPT}</script>
-</body></html>"""
+    """The Migration page of ``flows`` (each a :func:`flow_summary`), for ``user``."""
+    return _page("migration.html", flows=flows, user=user)
 
 
 # ---- the app ------------------------------------------------------------------------------
@@ -588,25 +389,21 @@ def _credential(request: Any) -> str | None:
 
 
 def _airflow_api(method: str, path: str, token: str | None, body: Any = None) -> Any:
-    """Airflow's own REST API on this API server, called as the signed-in user."""
+    """Airflow's own REST API on this API server, called as the signed-in user (their token,
+    forwarded: the page holds no identity of its own)."""
     from airflow.configuration import conf
     from fastapi import HTTPException
 
-    base = conf.get("api", "base_url", fallback="http://127.0.0.1:8080").rstrip("/")
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(f"{base}{path}", data=data, method=method)
-    request.add_header("Content-Type", "application/json")
-    request.add_header("Authorization", f"Bearer {token}")
+    base = conf.get("api", "base_url", fallback="http://127.0.0.1:8080")
     try:
-        with urllib.request.urlopen(request, timeout=30) as resp:
-            return json.loads(resp.read().decode() or "null")
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")
+        return AirflowClient.as_caller(base, token).call(method, path, body)
+    except AirflowApiError as exc:
+        detail: Any = exc.detail
         try:
             detail = json.loads(detail).get("detail", detail)
         except (ValueError, AttributeError):
             pass
-        raise HTTPException(exc.code, f"Airflow answered {exc.code}: {detail}") from None
+        raise HTTPException(exc.status, f"Airflow answered {exc.status}: {detail}") from None
 
 
 def _stream_class(stream: dict[str, Any]) -> str:
