@@ -156,7 +156,8 @@ def test_explain_names_the_members_and_every_change_that_moved_a_group(spark, tm
 
     # The Migration page's explanation (what a break links to): the same members, each linking
     # to its trace.
-    from streamshift.airflow.migration import break_link, render_explain
+    from streamshift.airflow.migration import render_explain
+    from streamshift.control.summary import break_link
     from streamshift.spec.settings import load_settings
 
     link = break_link("trades", DAY, json.dumps({"business_date": str(DAY), "book": B1,

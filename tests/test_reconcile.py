@@ -10,8 +10,9 @@ from decimal import Decimal
 import pytest
 
 from flows.trades import FLOW
-from streamshift.airflow.migration import flow_summary, render
+from streamshift.airflow.migration import render
 from streamshift.control.stages import PromotionRefused
+from streamshift.control.summary import flow_summary
 from streamshift.engine.compare import compare
 from streamshift.engine.jobs.promote import promote
 from streamshift.engine.recon import ReconResult, record

@@ -37,203 +37,31 @@ name classes local to :func:`create_app`.
 
 import datetime as dt
 import json
-import urllib.error
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from streamshift.control import explain as ex
 from streamshift.control.report import report_dir
-from streamshift.control.stages import GATED, PromotionRefused, check_promotion, promotion_evidence
+from streamshift.control.stages import PromotionRefused, check_promotion
+from streamshift.control.summary import query_value as _q
+from streamshift.control.summary import summaries
 from streamshift.control.trace import (
     COLUMNS,
     default_layer,
-    serving_layer_of,
     shown_ref,
     table_rows,
     trace,
     trace_link,
 )
-from streamshift.spec.catalog import PARITY, ControlTables, LayerTables
+from streamshift.spec.catalog import LayerTables
 from streamshift.spec.formatting import html_cell as _e
 from streamshift.spec.formatting import html_table
 from streamshift.spec.registry import flow_names, get_flow
-from streamshift.spec.settings import Settings, load_settings
-from streamshift.spec.stages import FIRST, next_stage
-from streamshift.spec.stages import stage as stage_of
+from streamshift.spec.settings import load_settings
 from streamshift.store.airflow_api import AirflowApiError, AirflowClient
-from streamshift.store.heartbeat import read_status
-from streamshift.store.quality import counts_by_verdict
-from streamshift.store.quarantine import pending
-from streamshift.store.records import (
-    breaks_of,
-    latest_runs,
-    promotion_decisions,
-    quality_results,
-    recon_by_date,
-    stage_history,
-)
-from streamshift.store.tables import rows
-
-
-def _q(text: str) -> str:
-    """``text`` as a URL query value."""
-    return urllib.parse.quote(text, safe="")
-
 
 PROMOTE_DAG = "streamshift_promote"
 REDRIVE_DAG = "streamshift_redrive"
-STREAK_DAYS = 30
-WORST = 10
-
-
-# ---- data (no Airflow, no Spark) ----------------------------------------------------------
-def flow_summary(settings: Settings, flow: str) -> dict[str, Any]:
-    """Everything the page shows of one flow, as plain data."""
-
-    def report(day: dt.date) -> str | None:
-        exists = (report_dir(settings, flow, day) / "report.html").exists()
-        return f"reports/{flow}/{day.isoformat()}" if exists else None
-
-    history = stage_history(settings, flow)
-    stage = history[-1]["to_stage"] if history else FIRST
-    latest = latest_runs(settings, flow)
-    # The evidence this stage makes for the next (parity in shadow, the EOD file in stream).
-    kind = stage_of(stage).evidence or PARITY
-    streak = recon_by_date(latest, kind)[-STREAK_DAYS:]
-    clean_run = 0
-    for day in reversed(streak):
-        if not day["rows"]:  # nothing in either layer: shown, not counted (as by the gate)
-            continue
-        if not day["clean"]:
-            break
-        clean_run += 1
-    evidence = promotion_evidence(settings, flow)
-    last: dict[str, Any] | None = None
-    if latest:
-        last_day = max(r["business_date"] for r in latest)
-        runs = [r for r in latest if r["business_date"] == last_day]
-        worst = breaks_of(settings, flow, last_day, [r["run_id"] for r in runs], WORST)
-        last = {
-            "business_date": last_day,
-            "breaks": sum(int(r["breaks"]) for r in runs),
-            "runs": runs,
-            "worst": [{**b, "why": break_link(flow, last_day, b["key"])} for b in worst],
-            "report": report(last_day),
-        }
-    checks = quality_results(settings, flow)
-    quality = None
-    if checks:
-        day = max(r["business_date"] for r in checks)
-        today = [r for r in checks if r["business_date"] == day]
-        quality = {
-            "business_date": day,
-            "counts": counts_by_verdict(today),
-            "failed": [
-                f"{r['suite']} {r['expectation']} ({r['policy']})"
-                for r in today
-                if not r["success"]
-            ],
-            "data_docs": {
-                f"{r['suite']} ({r['layer']})": f"data_docs/{r['docs_page']}"
-                for r in today
-                if r["docs_page"]
-            },
-        }
-    streams = [s for s in read_status(settings.home, settings) if s.flow == flow]
-    following = next_stage(stage)
-    quarantine = _quarantine(settings, flow, stage)
-    next_name = following.name if following else None
-    return {
-        "flow": flow,
-        "stage": stage,
-        "next_stage": next_name,
-        "next_is_gated": next_name in GATED,
-        "stage_history": history,
-        "approvals": promotion_decisions(settings, flow),
-        "evidence": {
-            "window": evidence.window,
-            "sufficient": evidence.sufficient,
-            "problems": evidence.problems(),
-        },
-        "parity_streak": [{**d, "report": report(d["business_date"])} for d in streak],
-        "streak_kind": "stream vs batch" if kind == PARITY else "the EOD file vs the stream layer",
-        "clean_days_in_a_row": clean_run,
-        "last_reconciliation": last,
-        "quality": quality,
-        "quarantine": quarantine,
-        "streams": [
-            {
-                "layer": s.layer,
-                "running": s.running,
-                "failing": s.failing,
-                "lag": s.lag_now if s.lag_now is not None else s.beat.get("lag"),
-                "last_batch_at": s.beat.get("last_batch_at"),
-                "status": s.describe(),
-            }
-            for s in streams
-        ],
-    }
-
-
-def _quarantine(settings: Settings, flow: str, stage: str) -> dict[str, Any]:
-    """The quarantined rows a re-drive would try in the layer serving in ``stage`` (read
-    once for the page), counted by rule, and the latest re-drive outcomes there."""
-    from collections import Counter
-
-    layer = serving_layer_of(stage)
-    by_date = Counter((q["rule"], q["business_date"]) for q in pending(settings, flow, layer))
-    outcomes = rows(
-        ControlTables(settings.warehouse).redrives,
-        where=[("flow", "=", flow), ("layer", "=", layer)],
-    )
-    latest = sorted(outcomes, key=lambda r: r["redriven_at"], reverse=True)[:WORST]
-    return {
-        "layer": layer,
-        "by_rule": [
-            row for rule in sorted({r for r, _ in by_date}) for row in _dates_of(rule, by_date)
-        ],
-        "redrives": latest,
-    }
-
-
-def _dates_of(rule: str, by_date: dict[tuple[str, Any], int]) -> list[dict[str, Any]]:
-    """A rule's rows of the page's quarantine table: one per business date (None: rows whose
-    date did not parse, which only the rule's re-drive of every date takes), after one for all
-    of them when there are several or the only one is unread."""
-    days = sorted(((d, n) for (r, d), n in by_date.items() if r == rule), key=lambda dn: str(dn[0]))
-    total = sum(n for _, n in days)
-    several = len(days) > 1 or days[0][0] is None
-    every = [{"rule": rule, "business_date": "all", "rows": total}] if several else []
-    return every + [{"rule": rule, "business_date": d, "rows": n} for d, n in days]
-
-
-def summaries(settings: Settings) -> list[dict[str, Any]]:
-    return [flow_summary(settings, flow) for flow in flow_names()]
-
-
-def break_link(flow: str, day: dt.date, key: str) -> str | None:
-    """Where a break is explained: a view group's explanation, or a key's trace for a break
-    of the EOD file (its key names the flow's key column). ``key`` is the break's JSON."""
-
-    spec = get_flow(flow)
-    try:
-        named = json.loads(key)
-    except ValueError:
-        return None
-    if not isinstance(named, dict):
-        return None
-    if set(named) == {spec.key}:
-        return trace_link(flow, named[spec.key])
-    for view in spec.views:
-        if set(named) == set(view.group_key):
-            group = ",".join(f"{c}={named[c]}" for c in view.group_key if c != spec.business_date)
-            return (
-                f"explain?flow={_q(flow)}&view={_q(view.name)}&date={day.isoformat()}"
-                f"&group={_q(group)}"
-            )
-    return None
 
 
 # ---- the page -----------------------------------------------------------------------------
