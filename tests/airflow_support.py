@@ -4,7 +4,9 @@ with the local stack's environment, and comparisons with direct loads."""
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -19,11 +21,11 @@ from typing import Any
 from flows.trades import FLOW
 from flows.trades.generate import generate_day
 from streamshift.engine.write.target import read
-from streamshift.local.airflow import LocalAirflow, metadata_db
+from streamshift.local.airflow import LocalAirflow, metadata_db, migrated_stamp
 from streamshift.spec import catalog
 from streamshift.spec.catalog import LayerTables
 from streamshift.spec.dayfiles import DayFiles
-from streamshift.spec.settings import REPO_ROOT, Settings
+from streamshift.spec.settings import REPO_ROOT, Settings, load_settings
 
 DAG_TEST = """
 import json, sys, pendulum, importlib.util
@@ -35,6 +37,26 @@ run = dag.test(logical_date=pendulum.parse(sys.argv[3]), run_conf=json.loads(sys
 tasks = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
 print("RESULT " + json.dumps({"state": str(run.state), "tasks": tasks}))
 """
+
+
+def migrated_airflow(settings: Settings) -> LocalAirflow:
+    """The local Airflow of ``settings`` with its metadata database in place: a copy of one the
+    whole run migrates once (under the suite's template folder, made by the first worker to
+    ask), so each Airflow home of the suite costs a file copy, not ``airflow db migrate``."""
+    template_home = Path(os.environ["TESTS_TABLE_TEMPLATES"]) / "airflow"
+    template = load_settings({}, home=template_home)
+    template_home.mkdir(parents=True, exist_ok=True)
+    with (template_home / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        LocalAirflow(template).migrate()  # once per run: later calls find it migrated
+    db = metadata_db(settings)
+    if not db.exists():
+        db.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(metadata_db(template), db)
+        shutil.copyfile(migrated_stamp(template), migrated_stamp(settings))
+    airflow = LocalAirflow(settings)
+    airflow.migrate()  # airflow.cfg for this home; the database is migrated already
+    return airflow
 
 
 def dag_test(

@@ -26,6 +26,7 @@ def cli_env(home: Path, **settings: str) -> dict[str, str]:
     (given by field name: ``spark_master="local[2]"`` → STREAMSHIFT_SPARK_MASTER)."""
     env = submit_env(home)  # this venv first on PATH, loopback, this Python for workers
     env["STREAMSHIFT_ENGINE"] = suite_engine()  # never a developer's engine
+    env["STREAMSHIFT_TABLE_TEMPLATES"] = os.environ.get("STREAMSHIFT_TABLE_TEMPLATES", "")
     env.update({f"STREAMSHIFT_{name.upper()}": value for name, value in settings.items()})
     return env
 

@@ -22,6 +22,16 @@ if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
 for _name in [n for n in os.environ if n.startswith("STREAMSHIFT_") and n != "STREAMSHIFT_PYTHON"]:
     del os.environ[_name]
 
+# One folder of empty Delta tables for the whole run, shared by every worker, command and
+# Airflow task the suite starts: a test's fresh warehouse copies its tables from there instead
+# of creating each with a commit of its own (STREAMSHIFT_TABLE_TEMPLATES). The controlling
+# process makes it; its workers inherit the name.
+if "TESTS_TABLE_TEMPLATES" not in os.environ:
+    import tempfile as _tempfile
+
+    os.environ["TESTS_TABLE_TEMPLATES"] = _tempfile.mkdtemp(prefix="streamshift-test-tables-")
+os.environ["STREAMSHIFT_TABLE_TEMPLATES"] = os.environ["TESTS_TABLE_TEMPLATES"]
+
 from streamshift.engine.spark import SHORT_JOB_JVM_OPTS
 
 # The JVMs the tests start and drop (a command's, a stream job's, a spark-submit's) live for
@@ -73,6 +83,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     engine = config.stash.get(_ENGINE, None)
     if engine is not None:
         engine.stop()  # type: ignore[attr-defined]
+    if not hasattr(config, "workerinput"):  # the controlling process made the templates
+        import shutil
+
+        shutil.rmtree(os.environ["TESTS_TABLE_TEMPLATES"], ignore_errors=True)
 
 
 _ENGINE = pytest.StashKey[object]()
@@ -201,7 +215,6 @@ def table_root(tmp_path: Path) -> Path:
 def airflow_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """One real local Airflow 3 per test session (API server, scheduler, DAG processor,
     triggerer) on a free 127.0.0.1 port; yields (settings, REST client)."""
-    from streamshift.local.airflow import LocalAirflow
     from streamshift.store.processes import free_port
 
     if hasattr(request.config, "workerinput") and request.config.getvalue("loadgroup"):
@@ -228,9 +241,9 @@ def airflow_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         engine=suite_engine(),  # the suite's engine: the stack starts none of its own
     )
     from streamshift.engine.write.commits import KILL_FILE_ENV
-    from tests.airflow_support import kill_file
+    from tests.airflow_support import kill_file, migrated_airflow
 
-    stack = LocalAirflow(stack_settings)
+    stack = migrated_airflow(stack_settings)
     # Every process of the stack can be armed to die after a commit (arm_kill_after_commits);
     # nothing is armed until a test writes the file.
     os.environ[KILL_FILE_ENV] = str(kill_file(stack_settings))
@@ -245,10 +258,10 @@ def airflow_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         stack.down()  # idempotent: usually stopped already, after its last test
 
 
-@pytest.fixture
-def browser(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """Headless Debian chromium driven by Selenium through chromium-driver (``scripts/setup
-    --browser`` installs both); screenshots go under the test's temp dir."""
+@pytest.fixture(scope="session")
+def chromium():  # type: ignore[no-untyped-def]
+    """One headless Debian chromium per worker, driven by Selenium through chromium-driver
+    (``scripts/setup --browser`` installs both); each test gets it clean (``browser``)."""
     import shutil
 
     from selenium import webdriver
@@ -272,3 +285,22 @@ def browser(tmp_path: Path):  # type: ignore[no-untyped-def]
         yield driver
     finally:
         driver.quit()
+
+
+@pytest.fixture
+def browser(chromium):  # type: ignore[no-untyped-def]
+    """The worker's chromium as a new user would find it: no cookies (no one signed in), no
+    storage, a blank page; screenshots go under the test's temp dir."""
+
+    def clean() -> None:
+        chromium.get("about:blank")
+        chromium.execute_cdp_cmd("Network.clearBrowserCookies", {})
+        chromium.execute_cdp_cmd(
+            "Storage.clearDataForOrigin", {"origin": "*", "storageTypes": "all"}
+        )
+
+    clean()
+    try:
+        yield chromium
+    finally:
+        clean()

@@ -7,6 +7,7 @@ import csv
 import json
 import random
 import threading
+import time
 import uuid
 from dataclasses import replace
 from decimal import Decimal
@@ -147,30 +148,46 @@ def consume_all(settings, topic: str) -> list[tuple[bytes | None, bytes | None, 
 
 @contextlib.contextmanager
 def stream_running(spark, settings: Settings, topic: str, flow: Flow = FLOW):  # type: ignore[no-untyped-def]
-    """The flow's stream job on ``topic``, always on while the block runs: one query after
-    another from its checkpoint (available-now), on a thread of this session. Yields once the
-    first query has run (its heartbeat names the topic)."""
-    stop = threading.Event()
-    errors: list[BaseException] = []
-    first = threading.Event()
+    """The flow's stream job on ``topic``, always on while the block runs: one query with a
+    processing-time trigger, as ``streamshift stream`` runs it, on a thread of this session,
+    stopped gracefully at the end (the batch in flight finishes). Yields once the query has
+    committed its first batch (what the topic held when it started is applied)."""
+    from streamshift.engine.jobs.stream import GracefulStop, run_stream
+    from streamshift.store.heartbeat import query_name
 
-    def loop() -> None:
+    stop = GracefulStop()
+    errors: list[BaseException] = []
+
+    def run() -> None:
         try:
-            while not stop.is_set():
-                drain(spark, settings, topic, flow=flow)
-                first.set()
-                stop.wait(0.5)
+            run_stream(
+                spark,
+                settings,
+                flow,
+                "stream",
+                trigger="1 second",
+                topic=topic,
+                handle_signals=False,
+                echo=False,
+                stop=stop,
+            )
         except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
             errors.append(exc)
-            first.set()
 
-    thread = threading.Thread(target=loop, daemon=True)
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    first.wait(300)
+    name, deadline = query_name(flow.name, "stream"), time.monotonic() + 300
+    while not errors and time.monotonic() < deadline:
+        query = next((q for q in spark.streams.active if q.name == name), None)
+        if query is not None and query.lastProgress is not None:
+            break
+        time.sleep(0.2)
     try:
+        if errors:
+            raise errors[0]
         yield
     finally:
-        stop.set()
+        stop.requested.set()
         thread.join(300)
         if errors:
             raise errors[0]

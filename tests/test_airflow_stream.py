@@ -29,7 +29,6 @@ from streamshift.engine.recon import recon_runs_path
 from streamshift.engine.write.apply import apply_changes
 from streamshift.engine.write.target import Target, read
 from streamshift.engine.write.transforms import raw_schema
-from streamshift.local.airflow import LocalAirflow
 from streamshift.spec.catalog import LayerTables
 from streamshift.spec.requests import ReconcileRequest
 from streamshift.spec.settings import load_settings
@@ -38,7 +37,7 @@ from streamshift.store.processes import pid_alive
 from streamshift.store.produce import produce_rows, read_rows
 from streamshift.store.records import day_closes
 from streamshift.store.tables import rows
-from tests.airflow_support import asset_events, dag_test, land_day, land_external
+from tests.airflow_support import asset_events, dag_test, land_day, land_external, migrated_airflow
 from tests.cli_support import CLI, cli_env, suite_engine
 from tests.stream_support import drain, new_topic, oracle, state
 
@@ -74,7 +73,7 @@ def _wait_processed(
 
 def test_two_writers_and_the_stream_supervisor(spark, kafka_settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     settings = replace(kafka_settings, home=tmp_path / "home", spark_master="local[2]")
-    LocalAirflow(settings).migrate()  # dag.test() needs the metadata database
+    migrated_airflow(settings)  # dag.test() needs the metadata database
     promote(spark, settings, FLOW.name, "shadow", by="test")
     promote(spark, settings, FLOW.name, "stream", force=True, reason="two-writers test", by="test")
     files = land_day(settings, DAY, trades=300)
@@ -177,7 +176,7 @@ def test_late_data_re_reconciles_exactly_the_late_date(spark, tmp_path: Path) ->
         spark_shuffle_partitions=2,
         engine=suite_engine(),
     )
-    LocalAirflow(settings).migrate()
+    migrated_airflow(settings)
     d1, d2 = dt.date(2026, 11, 10), dt.date(2026, 11, 11)
     batch = Target.open(spark, settings, FLOW, "batch")
     days = {d: land_day(settings, d, trades=150) for d in (d1, d2)}
@@ -215,7 +214,7 @@ def test_the_eod_dag_in_kappa_waits_for_no_file_and_closes_the_day_at_its_cut_of
     spark, kafka_settings, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
     settings = replace(kafka_settings, home=tmp_path / "home", spark_master="local[2]")
-    LocalAirflow(settings).migrate()
+    migrated_airflow(settings)
     for step in ("shadow", "stream", "kappa"):
         promote(spark, settings, FLOW.name, step, force=True, reason="kappa DAG test", by="test")
     day = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)  # its cut-off has passed

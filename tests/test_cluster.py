@@ -17,11 +17,10 @@ import pytest
 
 from flows.trades import FLOW
 from streamshift.engine.write.target import Target
-from streamshift.local.airflow import LocalAirflow
 from streamshift.local.engine import LocalEngine
 from streamshift.store.processes import free_port
 from streamshift.store.produce import produce_rows, read_rows
-from tests.airflow_support import dag_test, land_day
+from tests.airflow_support import dag_test, land_day, migrated_airflow
 from tests.cli_support import CLI, cli_env
 from tests.cluster_support import SparkCluster
 from tests.stream_support import new_topic, oracle, state
@@ -72,7 +71,7 @@ def test_a_stream_and_an_eod_dag_on_a_standalone_cluster_match_local_mode(  # ty
     engine.start()
     try:
         through = replace(on_cluster, engine=engine.url)
-        LocalAirflow(through).migrate()
+        migrated_airflow(through)
         run = dag_test(through, "eod_trades", f"{D2}T22:00:00+00:00", {})
     finally:
         engine.stop()

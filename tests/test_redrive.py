@@ -23,13 +23,12 @@ from streamshift.engine.jobs.eod import run_eod
 from streamshift.engine.jobs.promote import promote
 from streamshift.engine.jobs.requests import run
 from streamshift.engine.write.target import Target, read
-from streamshift.local.airflow import LocalAirflow
 from streamshift.spec.catalog import ControlTables, LayerTables
 from streamshift.spec.requests import RedriveRequest
 from streamshift.store.heartbeat import query_name
 from streamshift.store.produce import produce_rows
 from streamshift.store.tables import rows
-from tests.airflow_support import dag_test
+from tests.airflow_support import dag_test, migrated_airflow
 from tests.cli_support import run_cli
 from tests.stream_support import isolated, new_topic, stream_running
 
@@ -91,7 +90,7 @@ def test_redrive_applies_what_the_fixed_reference_data_lets_through_once(
 
     # Again, from Airflow (the streamshift_redrive DAG, its job on the engine): R2 is not
     # tried (applied), R3 still fails; nothing is applied twice.
-    LocalAirflow(here).migrate()
+    migrated_airflow(here)
     dag = dag_test(here, "streamshift_redrive", "2026-11-21T00:00:00+00:00",
                    {"flow": FLOW.name, "layer": "batch"})  # fmt: skip
     assert dag["state"] == "success", dag["output"][-4000:]
@@ -139,10 +138,11 @@ def test_redrive_in_stage_stream_goes_through_the_topic_and_the_stream_applies_i
         name, partition, offset = origin.rsplit(":", 2)
         assert name == topic and int(offset) < sent.ends[int(partition)], (origin, sent.ends)
 
-        # The reference feed gets the book; the re-drive produces K2 to the topic with its
-        # original source_ref, and waits until the stream job (which re-reads the reference
-        # data each query) has applied it.
-        _feed_gets_the_new_book(feed)
+    # The reference feed gets the book, and the stream job is restarted to read it (a query
+    # reads the reference data when it starts); the re-drive produces K2 to the topic with its
+    # original source_ref, and waits until the stream job has applied it.
+    _feed_gets_the_new_book(feed)
+    with stream_running(spark, here, topic, FLOW):
         done = run(spark, RedriveRequest(FLOW.name, layer="stream", by="ops"), here).result
         assert (done.tried, done.applied) == (1, 1), done.describe()
         again = run(spark, RedriveRequest(FLOW.name, layer="stream", by="ops"), here).result

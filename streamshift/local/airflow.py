@@ -23,6 +23,7 @@ deployment uses Postgres (see ``docker-compose.yml``).
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import secrets
@@ -111,6 +112,18 @@ def connections(settings: Settings) -> dict[str, str]:
 def metadata_db(settings: Settings) -> Path:
     """The local stack's SQLite metadata database (created by ``streamshift airflow up``)."""
     return settings.airflow_home / "airflow.db"
+
+
+def migrated_stamp(settings: Settings) -> Path:
+    """Beside the metadata database: the Airflow version that last migrated it."""
+    return metadata_db(settings).with_name("airflow.db.migrated")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
 
 
 def migrated(settings: Settings) -> bool:
@@ -300,12 +313,18 @@ class LocalAirflow:
         return subprocess.call([str(_venv_bin() / "airflow"), *args], env=self.env())
 
     def migrate(self) -> None:
-        """Write airflow.cfg, create or upgrade the metadata database (idempotent)."""
+        """Write airflow.cfg, create or upgrade the metadata database (idempotent). A database
+        this Airflow version migrated already (its stamp says so) is left as it is: ``airflow db
+        migrate`` would only find nothing to do, after seconds of importing Airflow."""
         self.home.mkdir(parents=True, exist_ok=True)
         write_airflow_cfg(self.settings, self.port)
-        migrated = self._airflow("db", "migrate")
-        if migrated.returncode != 0:
-            raise AirflowError(f"airflow db migrate failed: {migrated.stderr.strip()[-1500:]}")
+        stamp, version = migrated_stamp(self.settings), importlib.metadata.version("apache-airflow")
+        if migrated(self.settings) and _read(stamp) == version:
+            return
+        migrated_now = self._airflow("db", "migrate")
+        if migrated_now.returncode != 0:
+            raise AirflowError(f"airflow db migrate failed: {migrated_now.stderr.strip()[-1500:]}")
+        stamp.write_text(version)
 
     def _engine_up(self, say) -> None:  # type: ignore[no-untyped-def]
         """Start the local warm engine the Spark tasks run on, unless it answers already (or

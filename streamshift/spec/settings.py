@@ -221,6 +221,13 @@ class Settings:
         "`<dir>/<flow>/<table>.csv` where present (a feed refreshed outside the repo; "
         "`streamshift redrive` re-applies what the old data quarantined)",
     )
+    table_templates: str = _setting(
+        "",
+        str,
+        "folder of empty Delta tables, one per table definition, copied for each new table "
+        "instead of creating it (for a suite or a demo that makes many warehouses); empty: "
+        "each table is created",
+    )
     correction_wait_seconds: int = _setting(
         900,
         _positive_int,

@@ -10,6 +10,9 @@ finds a table missing). Reads of tables that may not exist yet go through
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import shutil
+import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
@@ -32,6 +35,7 @@ from streamshift.spec.catalog import (
 )
 from streamshift.spec.contract import IS_DELETED, SOURCE
 from streamshift.spec.flow import Flow, Reference, ReferenceTable
+from streamshift.spec.settings import load_settings
 from streamshift.spec.sqltext import delta_path, identifier
 from streamshift.store import storage
 from streamshift.store.records import closed_dates_in
@@ -100,10 +104,40 @@ def ensure_table(
     )
     # (property names and values are this function's constants: plain SQL strings)
     props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
-    spark.sql(
-        f"CREATE TABLE IF NOT EXISTS {delta_path(path)} ({columns}) USING delta{partitioned} "
-        f"TBLPROPERTIES ({props})"
-    )
+    definition = f"({columns}) USING delta{partitioned} TBLPROPERTIES ({props})"
+    templates = load_settings().table_templates
+    if templates and _copied_from_template(spark, Path(templates), definition, path):
+        return
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {delta_path(path)} {definition}")
+
+
+def _copied_from_template(spark: SparkSession, templates: Path, definition: str, path: str) -> bool:
+    """Whether the empty table ``definition`` makes was copied to ``path`` from its template
+    under ``templates`` (made there by Delta first, when missing): a copied Delta table folder
+    is a valid table, and copying one costs no commit. The copy lands whole (renamed into
+    place) or not at all; a ``path`` that exists already, or is not on the local disk, is
+    created as usual."""
+    target = Path(path)
+    if "://" in path or target.exists():
+        return False
+    template = templates / hashlib.sha256(definition.encode()).hexdigest()[:24]
+    if not (template / "_delta_log").is_dir():
+        templates.mkdir(parents=True, exist_ok=True)
+        making = templates / f".{template.name}.{uuid.uuid4().hex}"
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {delta_path(str(making))} {definition}")
+        try:
+            making.rename(template)
+        except OSError:  # another process made it first
+            shutil.rmtree(making, ignore_errors=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    landing = target.parent / f".{target.name}.{uuid.uuid4().hex}"
+    shutil.copytree(template, landing)
+    try:
+        landing.rename(target)
+    except OSError:  # created meanwhile by another writer
+        shutil.rmtree(landing, ignore_errors=True)
+        return False
+    return True
 
 
 def partition_bytes(spark: SparkSession, path: str, column: str, values: list[object]) -> int:
