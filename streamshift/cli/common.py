@@ -8,7 +8,6 @@ import datetime as dt
 import sys
 
 from streamshift.spec.errors import StreamshiftError
-from streamshift.spec.registry import flow_names
 
 
 class UserError(StreamshiftError):
@@ -18,6 +17,8 @@ class UserError(StreamshiftError):
 
 
 def known_flow(flow: str) -> str:
+
+    from streamshift.spec.registry import flow_names
 
     if flow not in flow_names():
         raise UserError(f"unknown flow {flow!r}; flows: {', '.join(flow_names())}")

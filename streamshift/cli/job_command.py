@@ -21,18 +21,6 @@ from streamshift.cli.common import (
     serving_layer_argument,
     timestamp_arg,
 )
-from streamshift.spec.registry import get_flow
-from streamshift.spec.requests import (
-    CloseRequest,
-    EodRequest,
-    JobRequest,
-    MaintainRequest,
-    PromoteRequest,
-    QualityRequest,
-    ReconcileRequest,
-    RedriveRequest,
-    ReplayRequest,
-)
 from streamshift.spec.settings import load_settings
 from streamshift.spec.stages import NAMES as STAGE_NAMES
 from streamshift.spec.stages import needs_approval
@@ -67,6 +55,8 @@ def _request_approval(settings, request) -> int:  # type: ignore[no-untyped-def]
 
 def _cmd_request(args: argparse.Namespace) -> int:
 
+    from streamshift.spec.requests import JobRequest
+
     try:
         request = JobRequest.from_json(args.json)
     except (ValueError, TypeError) as exc:
@@ -80,6 +70,8 @@ def _cmd_request(args: argparse.Namespace) -> int:
 
 def _cmd_eod(args: argparse.Namespace) -> int:
 
+    from streamshift.spec.requests import EodRequest
+
     known_flow(args.flow)
     replace = args.replace or args.mode == "replace"
     return run_request(
@@ -90,6 +82,8 @@ def _cmd_eod(args: argparse.Namespace) -> int:
 
 
 def _cmd_reconcile(args: argparse.Namespace) -> int:
+
+    from streamshift.spec.requests import ReconcileRequest
 
     known_flow(args.flow)
     return run_request(
@@ -109,6 +103,8 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
 
 def _cmd_close(args: argparse.Namespace) -> int:
 
+    from streamshift.spec.requests import CloseRequest
+
     known_flow(args.flow)
     return run_request(
         CloseRequest(
@@ -121,6 +117,8 @@ def _cmd_redrive(args: argparse.Namespace) -> int:
     from collections import Counter
 
     from streamshift.control.trace import default_layer
+    from streamshift.spec.registry import get_flow
+    from streamshift.spec.requests import RedriveRequest
     from streamshift.store.quarantine import pending
 
     settings, flow = load_settings(), get_flow(known_flow(args.flow))
@@ -140,6 +138,8 @@ def _cmd_redrive(args: argparse.Namespace) -> int:
 
 def _cmd_replay(args: argparse.Namespace) -> int:
 
+    from streamshift.spec.requests import ReplayRequest
+
     known_flow(args.flow)
     return run_request(
         ReplayRequest(args.flow, getattr(args, "from"), args.to, args.into, args.topic)
@@ -148,6 +148,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 def _cmd_promote(args: argparse.Namespace) -> int:
     from streamshift.control.stages import check_promotion
+    from streamshift.spec.requests import PromoteRequest
     from streamshift.store.records import current_stage
 
     known_flow(args.flow)
@@ -161,6 +162,7 @@ def _cmd_promote(args: argparse.Namespace) -> int:
 
 def _cmd_quality(args: argparse.Namespace) -> int:
     from streamshift.engine.validate import data_docs_dir
+    from streamshift.spec.requests import QualityRequest
 
     known_flow(args.flow)
     request = QualityRequest(args.flow, args.date, args.layer, args.file, tuple(args.dataset or ()))
@@ -171,6 +173,8 @@ def _cmd_quality(args: argparse.Namespace) -> int:
 
 def _cmd_maintain(args: argparse.Namespace) -> int:
     from streamshift.engine.jobs.maintain import flow_tables
+    from streamshift.spec.registry import get_flow
+    from streamshift.spec.requests import MaintainRequest
 
     known_flow(args.flow)
     settings = load_settings()

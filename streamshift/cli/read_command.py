@@ -11,9 +11,6 @@ import sys
 from typing import Any
 
 from streamshift.cli.common import UserError, date_arg, known_flow, serving_layer_argument
-from streamshift.spec.catalog import LayerTables
-from streamshift.spec.formatting import format_table, json_text
-from streamshift.spec.registry import flow_names, get_flow
 from streamshift.spec.settings import load_settings
 from streamshift.spec.stages import next_stage, stage
 
@@ -32,6 +29,7 @@ def _print_evidence(evidence: Any) -> None:
 
 def _cmd_show(args: argparse.Namespace) -> int:
     from streamshift.control.serving import held_dates, serving_view_rows, show, view_rows
+    from streamshift.spec.registry import get_flow
 
     settings, flow = load_settings(), get_flow(args.flow)
     if args.layer == "serving":
@@ -62,6 +60,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 def _cmd_trace(args: argparse.Namespace) -> int:
     from streamshift.control.trace import COLUMNS, default_layer, shown_ref, table_rows, trace
+    from streamshift.spec.catalog import LayerTables
+    from streamshift.spec.formatting import format_table, json_text
+    from streamshift.spec.registry import get_flow
 
     known_flow(args.flow)
     settings, flow = load_settings(), get_flow(args.flow)
@@ -91,6 +92,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
 
 def _cmd_explain(args: argparse.Namespace) -> int:
     from streamshift.control import explain as ex
+    from streamshift.spec.formatting import format_table, json_text
 
     flow = known_flow(args.flow)
     try:
@@ -211,6 +213,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from streamshift.control.report import write_report
+    from streamshift.spec.registry import flow_names
 
     if args.flow not in flow_names():
         raise UserError(f"unknown flow {args.flow!r}; flows: {', '.join(flow_names())}")

@@ -12,7 +12,6 @@ import sys
 from typing import Any
 
 from streamshift.cli.common import UserError, known_flow, say_progress
-from streamshift.spec.registry import flow_names
 from streamshift.spec.settings import describe, load_settings, shown
 
 
@@ -77,6 +76,7 @@ def _cmd_engine(args: argparse.Namespace) -> int:
 def _cmd_topics(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
+    from streamshift.spec.registry import flow_names
     from streamshift.store.events import dlq_topic
     from streamshift.store.kafka import ensure_topic, unreachable
 

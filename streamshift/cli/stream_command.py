@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from streamshift.cli.common import UserError, date_arg, spark_session, trigger_options
-from streamshift.spec.contract import SERVE_ENGINES
-from streamshift.spec.registry import get_flow, get_generator
 from streamshift.spec.settings import load_settings
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
+
+    from streamshift.spec.registry import get_generator
 
     generate_day = get_generator(args.flow)
     if args.rows < 1:
@@ -29,6 +29,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _cmd_produce(args: argparse.Namespace) -> int:
+    from streamshift.spec.registry import get_flow
     from streamshift.store.produce import produce_file
 
     if not args.file.exists():
@@ -44,6 +45,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
 
 def _cmd_stream(args: argparse.Namespace) -> int:
     from streamshift.engine.jobs.stream import run_stream, stream_topics
+    from streamshift.spec.registry import get_flow
     from streamshift.store.processes import lower_priority
 
     settings = load_settings()
@@ -71,6 +73,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         run_serve,
         serve_topics,
     )
+    from streamshift.spec.registry import get_flow
 
     # refuse before starting Spark
     flow = get_flow(args.flow)
@@ -95,6 +98,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def add_commands(sub: Any) -> None:
     """The group's subcommands, in the order ``--help`` lists them."""
+    from streamshift.spec.contract import SERVE_ENGINES
+
     p = sub.add_parser(
         "generate",
         help="write a realistic generated day of a flow (flows/<flow>/generate.py)",
