@@ -149,9 +149,10 @@ def consume_all(settings, topic: str) -> list[tuple[bytes | None, bytes | None, 
 @contextlib.contextmanager
 def stream_running(spark, settings: Settings, topic: str, flow: Flow = FLOW):  # type: ignore[no-untyped-def]
     """The flow's stream job on ``topic``, always on while the block runs: one query with a
-    processing-time trigger, as ``streamshift stream`` runs it, on a thread of this session,
-    stopped gracefully at the end (the batch in flight finishes). Yields once the query has
-    committed its first batch (what the topic held when it started is applied)."""
+    processing-time trigger, as ``streamshift stream`` runs it, on a thread of this session.
+    Yields once the query has committed its first batch (what the topic held when it started
+    is applied); at the end, once it has caught up (no trigger running, no data waiting: every
+    batch committed), it is stopped gracefully."""
     from streamshift.engine.jobs.stream import GracefulStop, run_stream
     from streamshift.store.heartbeat import query_name
 
@@ -176,10 +177,14 @@ def stream_running(spark, settings: Settings, topic: str, flow: Flow = FLOW):  #
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    name, deadline = query_name(flow.name, "stream"), time.monotonic() + 300
+    name = query_name(flow.name, "stream")
+
+    def query():  # type: ignore[no-untyped-def]
+        return next((q for q in spark.streams.active if q.name == name), None)
+
+    deadline = time.monotonic() + 300
     while not errors and time.monotonic() < deadline:
-        query = next((q for q in spark.streams.active if q.name == name), None)
-        if query is not None and query.lastProgress is not None:
+        if (running := query()) is not None and running.lastProgress is not None:
             break
         time.sleep(0.2)
     try:
@@ -187,6 +192,12 @@ def stream_running(spark, settings: Settings, topic: str, flow: Flow = FLOW):  #
             raise errors[0]
         yield
     finally:
+        deadline = time.monotonic() + 300
+        while not errors and time.monotonic() < deadline:
+            status = running.status if (running := query()) is not None else None
+            if status is None or not (status["isTriggerActive"] or status["isDataAvailable"]):
+                break
+            time.sleep(0.2)
         stop.requested.set()
         thread.join(300)
         if errors:
