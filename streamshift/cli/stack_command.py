@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from streamshift.cli.common import UserError, known_flow, say_progress
+from streamshift.spec.dayfiles import DEMO_ROWS
 from streamshift.spec.settings import describe, load_settings, shown
 
 
@@ -201,8 +202,6 @@ def add_commands(sub: Any) -> None:
         "Data goes under STREAMSHIFT_HOME/demo (emptied first); bin/demo runs it.",
     )
     p.add_argument("--flow", required=True, help="the flow to walk (it needs a generator)")
-    from streamshift.local.demo import DEMO_ROWS
-
     p.add_argument(
         "--rows", type=int, default=DEMO_ROWS, help="rows in the first generated day (%(default)s)"
     )

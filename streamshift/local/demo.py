@@ -43,6 +43,7 @@ from streamshift.control.serving import view_rows
 from streamshift.control.stages import PromotionRefused, check_promotion
 from streamshift.control.trace import COLUMNS, table_rows, trace
 from streamshift.spec.catalog import external_file, landing_dir
+from streamshift.spec.dayfiles import DEMO_ROWS
 from streamshift.spec.formatting import format_table
 from streamshift.spec.registry import get_flow, get_generator
 from streamshift.spec.settings import Settings
@@ -53,7 +54,6 @@ from streamshift.store.kafka import admin_client
 from streamshift.store.produce import produce_rows, read_rows
 from streamshift.store.records import current_stage
 
-DEMO_ROWS = 5_000
 LATER_DAY_ROWS = 1_500
 DEMO_WINDOW = 2  # promotion window for the demo (the default setting is 5)
 

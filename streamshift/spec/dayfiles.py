@@ -7,6 +7,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+# Rows in the first day the demo generates (``streamshift demo --rows``).
+DEMO_ROWS = 5_000
+
 
 @dataclass(frozen=True)
 class DayFiles:
