@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import sys
 
 from streamshift.spec.errors import StreamshiftError
 
@@ -40,10 +39,6 @@ def timestamp_arg(text: str) -> dt.datetime:
             f"{text!r} is not a timestamp; use ISO 8601, e.g. 2026-11-20T08:00:00Z"
         ) from None
     return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-
-
-def say_progress(message: str) -> None:
-    print(f"[streamshift] {message}", file=sys.stderr, flush=True)
 
 
 def spark_session(flow_name: str, engine: bool = True):  # type: ignore[no-untyped-def]

@@ -11,7 +11,8 @@ import argparse
 import sys
 from typing import Any
 
-from streamshift.cli.common import UserError, known_flow, say_progress
+from streamshift.cli.common import UserError, known_flow
+from streamshift.control.outcome import say_progress
 from streamshift.spec.dayfiles import DEMO_ROWS
 from streamshift.spec.settings import describe, load_settings, shown
 

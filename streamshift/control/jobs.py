@@ -12,7 +12,6 @@ The :class:`JobContext` is what every job reads once: the settings, the flow and
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from streamshift.control.cutoff import close_gate
+from streamshift.control.outcome import say_progress
 from streamshift.control.stages import APPROVED, check_promotion
 from streamshift.spec import stages
 from streamshift.spec.errors import ReconcileError, StreamshiftError
@@ -108,17 +108,15 @@ class Job:
     verdict: Callable[[JobDone], None] | None = None
 
 
-def say(message: str) -> None:
-    print(f"[streamshift] {message}", file=sys.stderr, flush=True)
-
-
 # ---- the checks --------------------------------------------------------------------------
 def check_eod(context: JobContext, request: EodRequest) -> None:
     if not request.file.exists():
         raise RequestRefused(
             f"EOD file {request.file} not found; pass the path of an existing CSV file"
         )
-    wait_until_complete(request.file, context.flow, context.settings.file_stable_seconds, say)
+    wait_until_complete(
+        request.file, context.flow, context.settings.file_stable_seconds, say_progress
+    )
 
 
 def check_reconcile(context: JobContext, request: ReconcileRequest) -> None:
@@ -129,7 +127,9 @@ def check_reconcile(context: JobContext, request: ReconcileRequest) -> None:
         if path is not None and not path.exists():
             raise ReconcileError(f"{option} {path}: file not found; pass an existing CSV file")
         if path is not None:
-            wait_until_complete(path, context.flow, context.settings.file_stable_seconds, say)
+            wait_until_complete(
+                path, context.flow, context.settings.file_stable_seconds, say_progress
+            )
     now = context.stage
     if request.correct and (request.eod_file is None or not now.corrects):
         raise ReconcileError(
@@ -145,7 +145,7 @@ def check_reconcile(context: JobContext, request: ReconcileRequest) -> None:
 
 
 def check_close(context: JobContext, request: CloseRequest) -> None:
-    say(f"checking {request.flow} {request.business_date}'s cut-off and offsets")
+    say_progress(f"checking {request.flow} {request.business_date}'s cut-off and offsets")
     close_gate(context.settings, context.flow, request, context.stage)
 
 

@@ -39,3 +39,8 @@ def report_error(message: str, *, final: bool = False) -> None:
     if path:
         with contextlib.suppress(OSError):
             Path(path).write_text(message + ("\nfinal" if final else "") + "\n", encoding="utf-8")
+
+
+def say_progress(message: str) -> None:
+    """A progress line of a command or a job, on stderr (its output stays the result)."""
+    print(f"[streamshift] {message}", file=sys.stderr, flush=True)
