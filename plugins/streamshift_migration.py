@@ -1,30 +1,12 @@
-"""The streamshift Airflow plugin: the Migration page in the Airflow UI's navigation.
+"""The streamshift Airflow plugin for a plugins-folder deployment (docker-compose.yml).
 
-Thin on purpose: the app and its data live in ``streamshift/airflow/migration.py``.
-Importing this file (the API server does, at start) loads neither pyspark nor a JVM;
-``tests/test_boundaries.py`` checks it.
+An installed kit registers the same plugin through the ``airflow.plugins`` entry point, which is
+how ``streamshift airflow up`` loads it (its plugins folder is empty): one Airflow loads it one
+way or the other, never both (Airflow records a second plugin of one name as an import error).
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from streamshift.airflow.plugin import StreamshiftPlugin
 
-from airflow.plugins_manager import AirflowPlugin
-
-from streamshift.airflow.migration import create_app
-
-
-class StreamshiftPlugin(AirflowPlugin):
-    name = "streamshift"
-    fastapi_apps: ClassVar[list[dict[str, Any]]] = [
-        {"app": create_app(), "url_prefix": "/streamshift", "name": "streamshift Migration"}
-    ]
-    external_views: ClassVar[list[dict[str, Any]]] = [
-        {
-            "name": "Migration",
-            "href": "streamshift/migration",
-            "destination": "nav",
-            "url_route": "migration",
-            "category": "browse",
-        }
-    ]
+__all__ = ["StreamshiftPlugin"]

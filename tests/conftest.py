@@ -54,7 +54,7 @@ C2_ONLY_WHEN_HOTTER = (
 LONG_LIVED_JVM_OPTS = f"-XX:ReservedCodeCacheSize=256m -XX:+UseSerialGC {C2_ONLY_WHEN_HOTTER}"
 
 from streamshift.spec.registry import flow_names
-from streamshift.spec.settings import Settings, load_settings
+from streamshift.spec.settings import KIT_JARS, Settings, load_settings
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -191,7 +191,7 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory, settings: Settings) -
         port=free_port(),
         controller_port=free_port(),
         jars=settings.kafka_jars,
-        log4j_config=settings.jars_dir / "log4j2-kafka.properties",
+        log4j_config=KIT_JARS / "log4j2-kafka.properties",
     )
     broker.start()
     yield broker.bootstrap

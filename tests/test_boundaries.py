@@ -34,7 +34,7 @@ ENTRY = ("airflow", "cli", "local")
 # The entry layers, outermost first: each may import only those after it.
 ENTRY_ORDER = ("cli", "local", "airflow")
 # What may import cli/: the folder itself and the spark-submit entry files.
-CLI_CALLERS = ("streamshift/cli/", "spark_jobs/run.py", "streaming/run.py")
+CLI_CALLERS = ("streamshift/cli/", "streamshift/entry/", "spark_jobs/run.py", "streaming/run.py")
 # what each folder may import from the package at all (None: anything)
 MAY_IMPORT = {
     "spec": {"spec"},

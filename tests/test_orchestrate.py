@@ -352,7 +352,8 @@ def test_the_supervisor_knows_a_process_by_pid_and_start_honours_a_stop_and_back
 
 def test_airflow_run_by_hand_with_the_stacks_home_sees_the_stack(tmp_path: Path) -> None:
     """``airflow`` run by a user with only AIRFLOW_HOME set reads the stack's settings from
-    its airflow.cfg (no example DAGs, the repo's DAGs and plugins, the stack's database), and
+    its airflow.cfg (no example DAGs, the project's DAGs, an empty plugins folder, the stack's
+    database), and
     the file holds no secret: the JWT secret is read from its 0600 file by a command."""
     import subprocess
     import sys
@@ -383,7 +384,8 @@ def test_airflow_run_by_hand_with_the_stacks_home_sees_the_stack(tmp_path: Path)
     assert done.returncode == 0, done.stderr[-2000:]
     values = dict(zip(wanted, json.loads(done.stdout.strip().splitlines()[-1]), strict=True))
     assert values["core", "load_examples"] == "False"
-    assert values["core", "plugins_folder"] == str(REPO_ROOT / "plugins")
+    # the kit's plugin by its entry point: the plugins folder is the stack's own, empty
+    assert values["core", "plugins_folder"] == str(settings.airflow_home / "plugins")
     assert values["core", "dags_folder"] == str(REPO_ROOT / "dags")
     assert values["database", "sql_alchemy_conn"].endswith(
         str(settings.airflow_home / "airflow.db")

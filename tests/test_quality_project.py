@@ -5,13 +5,15 @@ apply, and a wrong override names what exists."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
-from streamshift.store import quality as project
-from streamshift.store.quality import PROJECT, QualityError, datasets, suite_document
+from streamshift.store.quality import QualityError, datasets, gx_project, suite_document
+
+PROJECT = gx_project()
 
 
 def test_every_suite_has_its_definition_checkpoint_asset_and_policies() -> None:
@@ -37,6 +39,10 @@ def test_a_flow_overrides_thresholds_and_a_wrong_name_is_refused(
 ) -> None:
     flows = tmp_path / "flows" / "trades"
     flows.mkdir(parents=True)
+    (tmp_path / "flows" / "__init__.py").write_text("")
+    (flows / "__init__.py").write_text("")
+    shutil.copytree(PROJECT, tmp_path / "expectations" / "gx")
+    (tmp_path / "streamshift.toml").write_text('flows = "flows"\n')
     (flows / "quality.json").write_text(
         json.dumps(
             {
@@ -47,7 +53,7 @@ def test_a_flow_overrides_thresholds_and_a_wrong_name_is_refused(
             }
         )
     )
-    monkeypatch.setattr(project, "REPO_ROOT", tmp_path)
+    monkeypatch.setenv("STREAMSHIFT_PROJECT", str(tmp_path))
     doc = suite_document("trades.raw")
     price = next(e for e in doc["expectations"] if e["meta"]["name"] == "price_plausible")
     assert price["kwargs"]["max_value"] == 5_000_000 and price["kwargs"]["min_value"] == 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,10 +40,13 @@ from streamshift.control.cutoff import check_cut_off
 from streamshift.control.report import write_report
 from streamshift.control.stages import PromotionRefused, check_promotion
 from streamshift.control.trace import default_layer
+from streamshift.entry import BATCH_JOB
 from streamshift.spec.catalog import SPARK_POOL, landing_dir
-from streamshift.spec.registry import get_flow
+from streamshift.spec.project import ENV as PROJECT_ENV
+from streamshift.spec.project import ProjectError, find_project
+from streamshift.spec.registry import flow_names, get_flow
 from streamshift.spec.requests import JobRequest, MaintainRequest, PromoteRequest, RedriveRequest
-from streamshift.spec.settings import REPO_ROOT, Settings, load_settings
+from streamshift.spec.settings import Settings, load_settings
 from streamshift.spec.stages import NAMES
 from streamshift.store.eodfile import BadFileError
 from streamshift.store.quality import QualityError
@@ -114,7 +118,7 @@ class StreamshiftSparkSubmitOperator(SparkSubmitOperator):
 
 
 def _spark_kwargs(
-    task_id: str, application: str, settings: Settings, doc: str, **extra: Any
+    task_id: str, application: Path, settings: Settings, doc: str, **extra: Any
 ) -> dict[str, Any]:
     """A Spark job through ``spark_default``: jars and the deployment's conf, never a master."""
     from streamshift.engine.spark import submit_conf, tuning_conf
@@ -123,7 +127,7 @@ def _spark_kwargs(
     return {
         "task_id": task_id,
         "conn_id": "spark_default",
-        "application": str(REPO_ROOT / application),
+        "application": str(application),
         "jars": ",".join(str(j) for j in settings.spark_jars),
         "conf": conf,
         "driver_memory": settings.spark_driver_memory,
@@ -135,7 +139,7 @@ def _spark_kwargs(
 
 
 def spark_task(
-    task_id: str, application: str, args: Any, settings: Settings, doc: str, **extra: Any
+    task_id: str, application: Path, args: Any, settings: Settings, doc: str, **extra: Any
 ) -> SparkSubmitOperator:
     """A job as a ``spark-submit`` (upkeep only: ``maintain`` checkpoints Delta's log through
     the JVM, which Spark Connect does not offer)."""
@@ -518,7 +522,7 @@ Sundays at 03:00 UTC: for every table of the flow in both layers, compaction of 
     ) as dag:
         spark_task(
             "compact_vacuum_checkpoint",
-            "spark_jobs/run.py",
+            BATCH_JOB,
             [MaintainRequest(flow).to_json()],
             settings,
             "Compaction, VACUUM (the tables' retention) and a log checkpoint of the flow's tables.",
@@ -680,3 +684,28 @@ crash-looping job is restarted with a growing back-off and shows as failing.
 
         supervise_streams()
     return dag
+
+
+def build_dags(dag_file: str) -> dict[str, DAG]:
+    """Every DAG of the project holding ``dag_file`` (a project's one-line DAG file passes its
+    own ``__file__``), by DAG id: one ``eod_``, ``late_data_`` and ``maintenance_<flow>`` per
+    flow, the stream supervisor, the promotions and the re-drive. One project per Airflow: the
+    shared DAGs' ids carry no project name."""
+    if not os.environ.get(PROJECT_ENV):
+        project = find_project(cwd=Path(dag_file).resolve().parent)
+        if project is None:
+            raise ProjectError(
+                f"{dag_file} is in no streamshift project: no streamshift.toml (or pyproject.toml "
+                "with [tool.streamshift]) in its folder or above it"
+            )
+        os.environ[PROJECT_ENV] = str(project.root)  # the tasks find it as this parse did
+    dags: dict[str, DAG] = {}
+    names = flow_names()
+    for flow in names:
+        dags[f"eod_{flow}"] = eod_dag(flow)
+        dags[f"late_data_{flow}"] = late_data_dag(flow)
+        dags[f"maintenance_{flow}"] = maintenance_dag(flow)
+    dags["stream_supervisor"] = stream_supervisor_dag()
+    dags["streamshift_promote"] = promote_dag(names)
+    dags["streamshift_redrive"] = redrive_dag(names)
+    return dags

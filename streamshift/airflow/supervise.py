@@ -23,8 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from streamshift.entry import STREAM_JOB
 from streamshift.spec.registry import flow_names
-from streamshift.spec.settings import REPO_ROOT, Settings
+from streamshift.spec.settings import Settings
 from streamshift.spec.stages import stage as stage_of
 from streamshift.store import heartbeat
 from streamshift.store.heartbeat import query_name, read_heartbeat
@@ -94,7 +95,7 @@ def start_stream(settings: Settings, flow: str, topic: str | None) -> int:
         *(["nice", "-n", str(settings.stream_nice)] if settings.stream_nice else []),
         str(spark_submit),
         *submit_args(settings),
-        str(REPO_ROOT / "streaming" / "run.py"),
+        str(STREAM_JOB),
         "--flow",
         flow,
         *(["--topic", topic] if topic else []),

@@ -9,20 +9,40 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from streamshift.cli.common import UserError, known_flow
 from streamshift.control.outcome import say_progress
 from streamshift.spec.dayfiles import DEMO_ROWS
-from streamshift.spec.settings import describe, load_settings, shown
+from streamshift.spec.settings import describe, load_settings, resolve_settings, shown
 
 
 def _cmd_settings(args: argparse.Namespace) -> int:
-    settings = load_settings()
+    settings, sources = resolve_settings()
     for name, default, doc in describe():
         field_name = name.removeprefix("STREAMSHIFT_").lower()
         value = shown(field_name, getattr(settings, field_name))
-        print(f"{name:42} = {value:28}  # {doc} (default {default})")
+        source = sources.get(field_name, "default")
+        print(f"{name:42} = {value:28}  # from {source}; {doc} (default {default})")
+    return 0
+
+
+def _cmd_setup(args: argparse.Namespace) -> int:
+    from streamshift.local.kit_setup import setup
+
+    setup(load_settings(), say_progress, archive=not args.no_archive)
+    print("ready")
+    return 0
+
+
+def _cmd_init(args: argparse.Namespace) -> int:
+    from streamshift.spec.scaffold import init_project
+
+    written = init_project(args.folder, args.name)
+    print(f"wrote a streamshift project in {args.folder} ({len(written)} files). Next:")
+    print(f"  cd {args.folder} && pytest tests    # the example flow through the write path")
+    print("  streamshift demo --flow payments    # the example end to end on the local stack")
     return 0
 
 
@@ -132,7 +152,35 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def add_commands(sub: Any) -> None:
     """The group's subcommands, in the order ``--help`` lists them."""
-    p = sub.add_parser("settings", help="show every setting, its value and default")
+    p = sub.add_parser(
+        "init",
+        help="write a new project (project file, example flow, DAG file, expectations, tests) "
+        "into an empty folder",
+        description="Scaffold a team's project: streamshift.toml, flows/payments (an example "
+        "flow with reference data and a generator), dags/ (one file calling the kit's DAG "
+        "factory), expectations/gx, tests/ (the example through the kit's testing helpers) "
+        "and a README. Refuses a folder that holds anything.",
+    )
+    p.add_argument("folder", type=Path, help="the project's folder (new, or empty)")
+    p.add_argument("--name", help="the project's name (default: the folder's)")
+    p.set_defaults(handler=_cmd_init)
+
+    p = sub.add_parser(
+        "setup",
+        help="make an installed kit ready: fetch the locked JVM jars (hashes checked) into the "
+        "user's cache, place the stream's decoder, train the driver's class archive",
+        description="Idempotent; offline once done. Jars come from Maven Central (or "
+        "STREAMSHIFT_MAVEN_REPOSITORY) as pinned in streamshift/jars.lock, into "
+        "~/.cache/streamshift/jars (XDG_CACHE_HOME). A kit's repository uses scripts/setup.",
+    )
+    p.add_argument(
+        "--no-archive", action="store_true", help="skip the class-data-sharing archive's training"
+    )
+    p.set_defaults(handler=_cmd_setup)
+
+    p = sub.add_parser(
+        "settings", help="show every setting, its value, where it came from, and its default"
+    )
     p.set_defaults(handler=_cmd_settings)
 
     p = sub.add_parser(

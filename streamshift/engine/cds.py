@@ -5,12 +5,12 @@ each one is a large part of a short job's CPU, most of it before its data matter
 dynamic class-data sharing (JEP 350) dumps the classes a JVM loaded into an archive at exit
 (``-XX:ArchiveClassesAtExit``); every later JVM started with ``-XX:SharedArchiveFile`` maps them
 instead of loading them (bench/submit_tuning.py). The archive is made by a training run: a
-small generated EOD load of the first registered flow and its corrections, through
-spark-submit as Airflow runs them.
+small generated EOD load of the kit's bundled example flow (the project ``streamshift init``
+writes) and its corrections, through spark-submit as Airflow runs them.
 
 The archive is only valid for the JVM and classpath that made it: a JVM that cannot use it
 runs without it (the warning is turned off), so a stale archive costs speed, never a job.
-scripts/setup remakes it when Java, PySpark or the jars change.
+scripts/setup (a kit's repository) and ``streamshift setup`` (an installed kit) make it.
 
 Run: .venv/bin/python -m streamshift.engine.cds [--output PATH]
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import subprocess
 import sys
 import tempfile
@@ -26,7 +27,9 @@ import time
 from pathlib import Path
 
 from streamshift.engine.spark import archive_path, submit_args, submit_env
+from streamshift.spec.project import ENV as PROJECT_ENV
 from streamshift.spec.registry import flow_names, get_generator
+from streamshift.spec.scaffold import init_project
 from streamshift.spec.settings import load_settings
 
 TRAINING_DAY = dt.date(2026, 1, 5)
@@ -38,6 +41,9 @@ def train(output: Path) -> float:
     output.unlink(missing_ok=True)  # the training driver must not map an old archive
     with tempfile.TemporaryDirectory(prefix="streamshift-cds-") as tmp:
         home = Path(tmp) / "home"
+        example = Path(tmp) / "example"
+        init_project(example)
+        os.environ[PROJECT_ENV] = str(example)
         flow = flow_names()[0]
         generate_day = get_generator(flow)
         files = generate_day(TRAINING_DAY, 200, Path(tmp) / "files", seed=7, progress=False)
@@ -79,7 +85,11 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m streamshift.engine.cds",
         description="Make the Spark driver's class-data-sharing archive (scripts/setup runs it).",
     )
-    parser.add_argument("--output", type=Path, help="archive path (default: jvm/spark/classes.jsa)")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help="archive path (default: the jars folder's, STREAMSHIFT_JARS_DIR)",
+    )
     args = parser.parse_args(argv)
     settings = load_settings({})
     output = args.output or archive_path(settings)

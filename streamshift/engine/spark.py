@@ -13,6 +13,7 @@ Under spark-submit the Python driver is started by the JVM, which hands it the g
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import sys
@@ -23,7 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from streamshift.spec.errors import StreamshiftError
-from streamshift.spec.settings import Settings, load_settings
+from streamshift.spec.project import ENV as PROJECT_ENV
+from streamshift.spec.project import find_project
+from streamshift.spec.settings import KIT_JARS, Settings, jars_cache, load_settings
 from streamshift.store.endpoints import active_profile, engine_answers
 
 if TYPE_CHECKING:
@@ -62,6 +65,11 @@ USE_OPTIONS = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
 def archive_path(settings: Settings) -> Path:
+    """The driver's class archive: one per virtualenv in the shared jar cache (the archive
+    names the jars and this Python's packages), one in a kit repository's jvm/."""
+    if settings.jars_dir == jars_cache():
+        venv = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
+        return settings.jars_dir / "spark" / f"classes-{venv}.jsa"
     return settings.jars_dir / "spark" / "classes.jsa"
 
 
@@ -99,7 +107,7 @@ def driver_java_options(settings: Settings, environ: Mapping[str, str] | None = 
 def submit_conf(settings: Settings) -> dict[str, str]:
     """``--conf`` values a submission carries besides master and jars (JVM in UTC, quiet logs,
     the driver with ``STREAMSHIFT_SPARK_DRIVER_JAVA_OPTIONS``)."""
-    log4j = settings.jars_dir / "log4j2-spark.properties"
+    log4j = KIT_JARS / "log4j2-spark.properties"
     java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Duser.timezone=UTC"
     # The driver maps the classes scripts/setup archived (streamshift.engine.cds); an
     # executor's JVM has another classpath, so it could not use them.
@@ -216,8 +224,12 @@ def get_spark(
 
 def submit_env(home: Path) -> dict[str, str]:
     """The environment of a spark-submit this venv launches for ``STREAMSHIFT_HOME=home``: no
-    other streamshift settings, this venv first on PATH, loopback, this Python for workers."""
+    other streamshift settings but the project, this venv first on PATH, loopback, this Python
+    for workers."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
+    project = find_project()
+    if project is not None:  # the driver loads the same project's flows
+        env[PROJECT_ENV] = str(project.root)
     bin_dir = Path(sys.executable).parent
     env.update(
         STREAMSHIFT_HOME=str(home),

@@ -44,10 +44,10 @@ from streamshift.store.data_docs import localize
 from streamshift.store.eodfile import check_file
 from streamshift.store.quality import (
     POLICIES,
-    PROJECT,
     Check,
     QualityError,
     QualityRun,
+    gx_project,
     new_run_id,
     nothing_to_validate,
     suite_document,
@@ -85,8 +85,8 @@ def _project(settings: Settings) -> Iterator[Any]:
         gx_dir = root / "gx"
         for part in ("expectations", "validation_definitions", "checkpoints"):
             shutil.rmtree(gx_dir / part, ignore_errors=True)
-            shutil.copytree(PROJECT / part, gx_dir / part)
-        shutil.copy2(PROJECT / "great_expectations.yml", gx_dir / "great_expectations.yml")
+            shutil.copytree(gx_project() / part, gx_dir / part)
+        shutil.copy2(gx_project() / "great_expectations.yml", gx_dir / "great_expectations.yml")
         # What is validated: each suite with its flow's overrides (flows/<flow>/quality.json).
         for path in (gx_dir / "expectations").glob("*/*.json"):
             suite = f"{path.parent.name}.{path.stem}"

@@ -4,7 +4,7 @@
 LocalExecutor, the SimpleAuthManager with token auth — but as detached processes under
 ``STREAMSHIFT_HOME/airflow``, so the CLI returns and ``down`` stops them later:
 
-* the repo's ``dags/`` and ``plugins/``, examples off;
+* the project's ``dags/``, the kit's plugin by its entry point, examples off;
 * the users ``admin``, ``operator`` (triggers and promotes, may not force), ``approver`` (the
   second pair of eyes on a promotion) and ``viewer`` (read-only), whose passwords are generated
   once and kept in ``passwords.json`` under the Airflow home (printed by ``up``, never in the
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamshift.spec.catalog import SPARK_POOL
-from streamshift.spec.settings import REPO_ROOT, Settings, as_env, env_name
+from streamshift.spec.settings import Settings, as_env, env_name
 from streamshift.store.airflow_api import AirflowClient, AirflowError
 from streamshift.store.endpoints import LOOPBACK, engine_address, engine_answers
 from streamshift.store.processes import group_alive, pid_alive, port_open
@@ -136,6 +136,16 @@ def migrated(settings: Settings) -> bool:
         return False
 
 
+def dags_folder(settings: Settings) -> Path:
+    """The project's ``dags/`` (one project per Airflow)."""
+    if settings.project is None:
+        raise AirflowError(
+            "no streamshift project here: run `streamshift airflow up` from your project "
+            "(or set STREAMSHIFT_PROJECT); `streamshift init DIR` makes one"
+        )
+    return settings.project / "dags"
+
+
 def airflow_env(
     settings: Settings, port: int, base: dict[str, str] | None = None
 ) -> dict[str, str]:
@@ -146,8 +156,9 @@ def airflow_env(
     env.update(
         {
             "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
-            "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder(settings)),
+            # Empty: the kit's plugin comes through its airflow.plugins entry point.
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(home / "plugins"),
             # LocalExecutor, its workers forked with the Spark tasks' imports done
             "AIRFLOW__CORE__EXECUTOR": "streamshift.airflow.executor.PreloadingLocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": "4",
@@ -359,7 +370,7 @@ class LocalAirflow:
         status = self.status()
         if status.up:
             return status
-        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "plugins").mkdir(parents=True, exist_ok=True)
         password(self.settings)
         if not any(status.running.values()) and port_open(self.port):
             raise AirflowError(

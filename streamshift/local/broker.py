@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamshift.spec.errors import StreamshiftError
-from streamshift.spec.settings import Settings
+from streamshift.spec.settings import KIT_JARS, Settings
 from streamshift.store.processes import pid_alive, port_open, tail, terminate
 
 
@@ -70,7 +70,7 @@ class LocalBroker:
             port=port,
             controller_port=settings.kafka_controller_port or port + 1,
             jars=settings.kafka_jars,
-            log4j_config=settings.jars_dir / "log4j2-kafka.properties",
+            log4j_config=KIT_JARS / "log4j2-kafka.properties",
         )
 
     # ---- files -------------------------------------------------------------------------

@@ -1,12 +1,14 @@
-"""One settings object, read from ``STREAMSHIFT_*`` environment variables.
+"""One settings object, read from the project file's ``[settings]`` and ``STREAMSHIFT_*``
+environment variables (which win).
 
 Every knob the kit has lives here, with its default and its parser, so a typo in a variable
-name or a malformed value fails at start-up with a message naming the variable, instead of
-surfacing later as a wrong table path or a Kafka time-out.
+name or a malformed value fails at start-up with a message naming the variable (or the project
+file), instead of surfacing later as a wrong table path or a Kafka time-out.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -14,9 +16,27 @@ from pathlib import Path
 from typing import Any
 
 from streamshift.spec.errors import StreamshiftError
+from streamshift.spec.project import Project, check_kit, find_project
 
 PREFIX = "STREAMSHIFT_"
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[2]  # the kit's repository, when run from one
+JARS_LOCK = Path(__file__).resolve().parents[1] / "jars.lock"
+# What the package carries for the JVMs: log4j2 configurations, the decoder jar of a wheel.
+KIT_JARS = Path(__file__).resolve().parents[1] / "jars"
+
+
+def jars_cache() -> Path:
+    """The per-user folder ``streamshift setup`` fetches the locked jars into (one per lock)."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    lock = JARS_LOCK.read_bytes() if JARS_LOCK.is_file() else b""
+    return (base / "streamshift" / "jars" / hashlib.sha256(lock).hexdigest()[:16]).resolve()
+
+
+def _default_jars() -> Path:
+    """The kit's repository's ``jvm/`` once scripts/setup filled it, else the user's cache."""
+    checkout = REPO_ROOT / "jvm"
+    return checkout if (checkout / ".stamp").is_file() else jars_cache()
+
 
 # Variables that are not settings, known so never reported as unknown: STREAMSHIFT_PYTHON is
 # read by scripts/setup (the shell); STREAMSHIFT_ERROR_FILE is where a job run by Airflow
@@ -112,8 +132,16 @@ def _setting(default: Any, parse: Callable[[str], Any], doc: str) -> Any:
 class Settings:
     """Configuration of one streamshift process; build it with :func:`load_settings`."""
 
+    project: Path | None = _setting(  # noqa: RUF009
+        None,
+        _path,
+        "the team's project folder (its streamshift.toml, or pyproject.toml with "
+        "[tool.streamshift]); default: found by walking up from the working folder",
+    )
     home: Path = _setting(  # noqa: RUF009 - frozen defaults, read once per process
-        Path("var").resolve(), _path, "root of warehouse, checkpoints, broker data, reports"
+        Path("var").resolve(),
+        _path,
+        "root of warehouse, checkpoints, broker data, reports (default: the project's var/)",
     )
     spark_master: str = _setting("local[*]", str, "Spark master URL")
     spark_shuffle_partitions: int = _setting(
@@ -140,7 +168,10 @@ class Settings:
         "already picks wins",
     )
     jars_dir: Path = _setting(  # noqa: RUF009
-        REPO_ROOT / "jvm", _path, "folder holding spark/lib and kafka/lib (scripts/setup)"
+        _default_jars(),
+        _path,
+        "folder holding spark/lib and kafka/lib: the per-user cache `streamshift setup` fills "
+        "(the kit's repository: its jvm/, filled by scripts/setup)",
     )
     kafka_bootstrap_servers: str = _setting(
         "127.0.0.1:9092", _bootstrap, "Kafka bootstrap servers (host:port,...)"
@@ -307,8 +338,24 @@ def env_name(field_name: str) -> str:
     return PREFIX + field_name.upper()
 
 
-def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-    """Build settings from the environment; raise :class:`SettingsError` naming the variable."""
+def setting_names() -> list[str]:
+    return [f.name for f in fields(Settings)]
+
+
+def _project_value(name: str, text: str, project: Project) -> str:
+    """A project file's path settings are the project's: relative to its root."""
+    if name in PATH_SETTINGS and text and not Path(text).expanduser().is_absolute():
+        return str(project.root / text)
+    return text
+
+
+PATH_SETTINGS = {"home", "jars_dir", "reference_dir", "table_templates"}
+
+
+def resolve_settings(
+    environ: Mapping[str, str] | None = None, **overrides: Any
+) -> tuple[Settings, dict[str, str]]:
+    """The settings and where each came from ("environment", the project file, "default")."""
     environ = os.environ if environ is None else environ
     known = {env_name(f.name): f for f in fields(Settings)}
     unknown = sorted(
@@ -318,20 +365,54 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         raise SettingsError(
             f"unknown setting {', '.join(unknown)}; known settings are: {', '.join(sorted(known))}"
         )
+    project = find_project(environ)
+    if project is not None:
+        check_kit(project)
+        strange = sorted(
+            set(project.settings) - {f.name for f in fields(Settings)}
+            | ({"project"} & set(project.settings))
+        )
+        if strange:
+            raise SettingsError(
+                f"{project.file}: unknown setting {', '.join(strange)}; "
+                "`streamshift settings` lists the known ones"
+            )
     values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     for name, f in known.items():
         if name in environ:
-            raw = environ[name]
-            try:
-                values[f.name] = f.metadata["parse"](raw)
-            except ValueError as exc:
-                raise SettingsError(
-                    f"{name}={raw!r} is not valid: {exc} ({f.metadata['doc']})"
-                ) from None
+            raw, source = environ[name], "environment"
+        elif project is not None and f.name in project.settings:
+            raw = _project_value(f.name, project.settings[f.name], project)
+            source = str(project.file)
+        else:
+            continue
+        try:
+            values[f.name] = f.metadata["parse"](raw)
+        except ValueError as exc:
+            where = name if source == "environment" else f"{f.name} in {source}"
+            raise SettingsError(
+                f"{where}={raw!r} is not valid: {exc} ({f.metadata['doc']})"
+            ) from None
+        sources[f.name] = source
     for name, value in overrides.items():  # text overrides parse like the environment's
         parse = known[env_name(name)].metadata["parse"]
         values[name] = parse(value) if isinstance(value, str) else value
-    return Settings(**values)
+        sources[name] = "given"
+    if project is not None:
+        values.setdefault("project", project.root)
+        sources.setdefault("project", "the working folder")
+        values.setdefault("home", project.root / "var")
+        sources.setdefault("home", "the project's var/")
+    else:  # the working folder's var/, as it is now (not when this module was imported)
+        values.setdefault("home", Path("var").resolve())
+    return Settings(**values), sources
+
+
+def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Build settings from the project file and the environment; raise :class:`SettingsError`
+    naming the variable."""
+    return resolve_settings(environ, **overrides)[0]
 
 
 def as_env(settings: Settings) -> dict[str, str]:

@@ -26,10 +26,11 @@ from streamshift.spec.catalog import LayerTables
 from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.flow import Flow
 from streamshift.spec.formatting import format_table
-from streamshift.spec.settings import REPO_ROOT, Settings
+from streamshift.spec.project import find_project
+from streamshift.spec.registry import flow_folder
+from streamshift.spec.settings import Settings
 from streamshift.store.tables import select
 
-PROJECT = REPO_ROOT / "expectations" / "gx"
 POLICIES = {"critical": "fail", "warning": "warn", "info": "warn"}
 
 
@@ -37,22 +38,34 @@ class QualityError(StreamshiftError):
     final = True
 
 
+def gx_project() -> Path:
+    """The project's Great Expectations project: ``<project>/expectations/gx``."""
+    project = find_project()
+    if project is None:
+        raise QualityError(
+            "no streamshift project here to read data-quality suites from; run from your "
+            "project or set STREAMSHIFT_PROJECT"
+        )
+    return project.root / "expectations" / "gx"
+
+
 def suite_path(suite: str) -> Path:
     flow, _, dataset = suite.partition(".")
-    return PROJECT / "expectations" / flow / f"{dataset}.json"
+    return gx_project() / "expectations" / flow / f"{dataset}.json"
 
 
 def datasets(flow: str) -> list[str]:
     """The datasets the flow has suites for (``raw``, ``current``, a view, ``quarantine``)."""
-    folder = PROJECT / "expectations" / flow
+    folder = gx_project() / "expectations" / flow
     return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
 
 
 def overrides(flow: str) -> dict[str, Any]:
-    """``flows/<flow>/quality.json``: ``{suite: {"meta": {...}, "<expectation name>": {kwarg:
+    """``<flows>/<flow>/quality.json``: ``{suite: {"meta": {...}, "<expectation name>": {kwarg:
     value}}}`` — per-flow thresholds over the suites' own."""
-    path = REPO_ROOT / "flows" / flow / "quality.json"
-    if not path.exists():
+    folder = flow_folder(flow)
+    path = folder / "quality.json" if folder else None
+    if path is None or not path.exists():
         return {}
     data: dict[str, Any] = json.loads(path.read_text())
     return data
