@@ -80,7 +80,8 @@ def _jvm_fields(flow: Flow, staged: DataFrame) -> DataFrame:
         except Exception as e:
             raise RuntimeError(
                 f"the JVM decoder {JVM_CLASS} is not on this Spark session's classpath "
-                "(jvm/spark/lib/streamshift-udf.jar); run scripts/setup, which builds it"
+                "(STREAMSHIFT_JARS_DIR/spark/lib/streamshift-udf.jar); run `streamshift setup` (in the "
+                "kit's repository: scripts/setup, which builds it)"
             ) from e
     parts = F.call_function(JVM_FUNCTION, F.col("_text"), F.lit(_spec(flow)))
     with_parts = staged.select("*", parts.alias("_parts"))

@@ -127,7 +127,8 @@ class LocalBroker:
     def _java(self, main: str, *args: str) -> list[str]:
         if not self.jars:
             raise BrokerError(
-                "the Kafka broker jars are missing (jvm/kafka/lib): run scripts/setup first"
+                "the Kafka broker jars are missing (STREAMSHIFT_JARS_DIR/kafka/lib): run `streamshift "
+                "setup` (in the kit's repository: scripts/setup) first"
             )
         classpath = ":".join(str(j) for j in self.jars)
         return [

@@ -21,6 +21,7 @@ import pkgutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,13 +72,16 @@ def _project_flows(project: Project) -> list[FlowSource]:
     ]
 
 
-def _installed_flows() -> list[FlowSource]:
-    return [
+@lru_cache(maxsize=1)
+def _installed_flows() -> tuple[FlowSource, ...]:
+    """The ``streamshift.flows`` entry points (read once per process: a scan of every
+    installed distribution's metadata)."""
+    return tuple(
         FlowSource(ep.name, ep.value.split(":")[0], f"entry point {ep.value} ({ep.dist.name})")
         if ep.dist is not None
         else FlowSource(ep.name, ep.value.split(":")[0], f"entry point {ep.value}")
         for ep in entry_points(group=ENTRY_POINTS)
-    ]
+    )
 
 
 def flow_sources() -> dict[str, FlowSource]:

@@ -1,0 +1,167 @@
+"""A team's project without a JVM: the project file found from where a command runs, its keys
+and settings checked, settings' sources said, flows found in the project and by entry point
+(a name twice refused), `streamshift init` refusing a folder with files, and the jar lock
+matching what the repository's set-up resolved."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from streamshift.spec.project import ProjectError, find_project
+from streamshift.spec.registry import DuplicateFlowError, flow_names, flow_sources
+from streamshift.spec.scaffold import InitError, init_project
+from streamshift.spec.settings import REPO_ROOT, SettingsError, resolve_settings
+from tests.cli_support import run_cli
+
+FLOW = """
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType, IntegerType, DateType
+from streamshift.spec.flow import Flow
+FLOW = Flow(name="{name}", schema=StructType([StructField("k", StringType()),
+    StructField("v", IntegerType()), StructField("d", DateType())]), key="k", version="v",
+    deleted=lambda: F.lit(False), event_time="d", business_date="d")
+"""
+
+
+def _project(root: Path, text: str = 'flows = "team_flows"\n', flows: tuple[str, ...] = ()) -> Path:
+    (root / "team_flows").mkdir(parents=True)
+    (root / "team_flows" / "__init__.py").write_text("")
+    for name in flows:
+        (root / "team_flows" / f"{name}.py").write_text(FLOW.format(name=name))
+    (root / "streamshift.toml").write_text(text)
+    return root
+
+
+def test_the_project_is_found_walking_up_or_named(tmp_path: Path) -> None:
+    root = _project(tmp_path / "team", flows=("payments",))
+    deep = root / "team_flows" / "deeper"
+    deep.mkdir()
+    found = find_project({}, cwd=deep)
+    assert found is not None and found.root == root and found.name == "team"
+    assert find_project({}, cwd=tmp_path) is None
+    assert find_project({"STREAMSHIFT_PROJECT": str(root)}, cwd=tmp_path).root == root  # type: ignore[union-attr]
+    with pytest.raises(ProjectError, match="no streamshift.toml or pyproject.toml there"):
+        find_project({"STREAMSHIFT_PROJECT": str(tmp_path)}, cwd=tmp_path)
+
+    other = tmp_path / "py"
+    other.mkdir()
+    (other / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n\n[tool.streamshift]\nname = "p"\n'
+    )
+    assert find_project({}, cwd=other).name == "p"  # type: ignore[union-attr]
+
+
+def test_unknown_keys_settings_and_secrets_in_the_file_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cases = {
+        "a": ('flow = "x"\n', ProjectError, "unknown key flow"),
+        "b": (
+            '[settings]\nspark_mastr = "local[1]"\n',
+            SettingsError,
+            "unknown setting spark_mastr",
+        ),
+        "c": ('[settings]\nkafka_sasl_password = "pw"\n', ProjectError, "keep the secret"),
+        "d": ('kit = ">=9"\n', ProjectError, "wants streamshift >=9"),
+    }
+    for name, (text, error, message) in cases.items():
+        root = _project(tmp_path / name, text)
+        monkeypatch.setenv("STREAMSHIFT_PROJECT", str(root))
+        with pytest.raises(error, match=message):
+            resolve_settings({k: v for k, v in __import__("os").environ.items()})
+
+
+def test_settings_come_from_the_file_under_the_environment_and_say_where_from(
+    tmp_path: Path,
+) -> None:
+    root = _project(
+        tmp_path / "team",
+        '[settings]\nhome = "data"\nkafka_topic_partitions = 6\npromotion_window = 3\n'
+        'kafka_sasl_password_cmd = "echo s3cret"\n',
+    )
+    settings, sources = resolve_settings(
+        {"STREAMSHIFT_PROJECT": str(root), "STREAMSHIFT_PROMOTION_WINDOW": "7"}
+    )
+    assert settings.home == root / "data"  # relative to the project, not the working folder
+    assert (settings.kafka_topic_partitions, settings.promotion_window) == (6, 7)
+    assert settings.kafka_sasl_password == "s3cret"
+    assert sources["kafka_topic_partitions"] == str(root / "streamshift.toml")
+    assert sources["promotion_window"] == "environment"
+    assert "spark_master" not in sources  # its default
+
+    plain = _project(tmp_path / "plain")
+    assert resolve_settings({"STREAMSHIFT_PROJECT": str(plain)})[0].home == plain / "var"
+
+    shown = run_cli(tmp_path, "settings", env={**_env(tmp_path), "STREAMSHIFT_PROJECT": str(root)})
+    assert shown.returncode == 0, shown.stderr
+    line = next(x for x in shown.stdout.splitlines() if x.startswith("STREAMSHIFT_KAFKA_TOPIC_"))
+    assert "6" in line and f"from {root / 'streamshift.toml'}" in line
+    assert "s3cret" not in shown.stdout
+
+
+def _env(home: Path) -> dict[str, str]:
+    from tests.cli_support import cli_env
+
+    env = cli_env(home)
+    env.pop("STREAMSHIFT_HOME")
+    return env
+
+
+def test_flows_come_from_the_project_and_entry_points_and_a_name_twice_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _project(tmp_path / "team", flows=("payments", "refunds", "_helpers"))
+    monkeypatch.setenv("STREAMSHIFT_PROJECT", str(root))
+    assert flow_names() == ["payments", "refunds"]
+
+    # An installed distribution adding a flow by the streamshift.flows entry point.
+    site = tmp_path / "site"
+    (site / "extra_flows").mkdir(parents=True)
+    (site / "extra_flows" / "__init__.py").write_text(FLOW.format(name="payments"))
+    info = site / "extra_flows-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: extra-flows\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[streamshift.flows]\npayments = extra_flows\n")
+    monkeypatch.syspath_prepend(str(site))
+    from streamshift.spec import registry
+
+    registry._installed_flows.cache_clear()
+    try:
+        with pytest.raises(DuplicateFlowError, match="payments.*declared twice.*extra_flows"):
+            flow_sources()
+        (info / "entry_points.txt").write_text("[streamshift.flows]\nchargebacks = extra_flows\n")
+        registry._installed_flows.cache_clear()
+        assert flow_names() == ["chargebacks", "payments", "refunds"]
+    finally:
+        registry._installed_flows.cache_clear()
+
+
+def test_init_writes_a_project_once_and_it_is_found(tmp_path: Path) -> None:
+    written = init_project(tmp_path / "new team")
+    names = {p.relative_to(tmp_path / "new team").as_posix() for p in written}
+    assert {"streamshift.toml", "flows/payments/__init__.py", "flows/payments/generate.py",
+            "dags/new_team_dags.py", "tests/test_payments.py", "README.md",
+            "expectations/gx/great_expectations.yml", ".gitignore"} <= names  # fmt: skip
+    dag_file = (tmp_path / "new team" / "dags" / "new_team_dags.py").read_text().lower()
+    assert "airflow" in dag_file and "dag" in dag_file and "build_dags(__file__)" in dag_file
+    found = find_project({}, cwd=tmp_path / "new team" / "flows")
+    assert found is not None and found.name == "new_team"
+    with pytest.raises(InitError, match="not an empty folder"):
+        init_project(tmp_path / "new team")
+
+
+def test_the_jar_lock_is_what_the_repositorys_setup_resolved() -> None:
+    """scripts/lock-jars writes the lock from jvm/*/lib: a changed pom needs a new lock."""
+    from streamshift.local.kit_setup import locked_jars
+
+    locked = {(j.folder, j.name): j.sha256 for j in locked_jars()}
+    resolved = {
+        (folder, jar.name): hashlib.sha256(jar.read_bytes()).hexdigest()
+        for folder in ("spark", "kafka")
+        for jar in (REPO_ROOT / "jvm" / folder / "lib").glob("*.jar")
+        if jar.name != "streamshift-udf.jar"
+    }
+    assert locked == resolved, "run scripts/lock-jars"
