@@ -5,17 +5,18 @@
 FROM python:3.11.14-slim-bookworm
 
 RUN apt-get update \
- && apt-get install -y --no-install-recommends openjdk-17-jdk-headless maven npm procps tini \
+ && apt-get install -y --no-install-recommends openjdk-17-jdk-headless npm procps tini \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app
-# Dependencies first (requirements.lock, the jar poms), so code changes rebuild only the last layer.
-COPY pyproject.toml requirements.lock ./
+# Dependencies first (requirements.lock, the kit with its jar lock), so a flow's change rebuilds
+# only the last layer. The jars, the decoder and the class archive go to /opt/streamshift/jars.
+ENV STREAMSHIFT_JARS_DIR=/opt/streamshift/jars
+COPY pyproject.toml requirements.lock setup.py ./
 COPY scripts/ scripts/
 COPY jvm/ jvm/
 COPY expectations/assets/package.json expectations/assets/package-lock.json expectations/assets/
-COPY streamshift/__init__.py streamshift/__init__.py
-COPY flows/__init__.py flows/__init__.py
+COPY streamshift/ streamshift/
 RUN STREAMSHIFT_PYTHON=/usr/local/bin/python3.11 scripts/setup
 COPY . .
 RUN .venv/bin/uv pip install -q --python .venv/bin/python --no-deps -e .

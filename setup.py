@@ -5,34 +5,24 @@ build environment's PySpark jars (a build with no isolation: `uv build --wheel
 from __future__ import annotations
 
 import pathlib
-import subprocess
-import tempfile
+import sys
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = pathlib.Path(__file__).resolve().parent
-SOURCES = ROOT / "jvm" / "udf" / "src"
 
 
 class BuildWithDecoder(build_py):
     def run(self) -> None:
         super().run()
-        if self.editable_mode:  # a repository's editable install: scripts/setup builds it
+        if self.editable_mode:  # a repository's editable install: `streamshift setup` builds it
             return
-        import pyspark
+        sys.path.insert(0, str(ROOT))
+        from streamshift.local.kit_setup import UDF_JAR, build_decoder
 
-        jars = pathlib.Path(pyspark.__file__).parent / "jars"
-        target = pathlib.Path(self.build_lib) / "streamshift" / "jars" / "streamshift-udf.jar"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        sources = sorted(str(p) for p in SOURCES.rglob("*.java"))
-        with tempfile.TemporaryDirectory() as classes:
-            subprocess.run(
-                ["javac", "--release", "17", "-Xlint:all,-path", "-Werror", "-cp", f"{jars}/*",
-                 "-d", classes, *sources],
-                check=True,
-            )  # fmt: skip
-            subprocess.run(["jar", "cf", str(target), "-C", classes, "."], check=True)
+        target = pathlib.Path(self.build_lib) / "streamshift" / "jars" / UDF_JAR
+        build_decoder(ROOT / "jvm" / "udf" / "src", target)
 
 
 setup(cmdclass={"build_py": BuildWithDecoder})

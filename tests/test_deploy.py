@@ -175,6 +175,10 @@ def problems(doc: dict[str, Any]) -> list[str]:
             url = urlsplit(env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"])
             points_at(name, "execution API", url.hostname or "", url.port or 80, api, api_port)
         streamshift = {k: v for k, v in env.items() if k.startswith("STREAMSHIFT_")}
+        if streamshift and streamshift.get("STREAMSHIFT_PROJECT") != "/app":
+            found.append(f"{name}: STREAMSHIFT_PROJECT is not the image's copy of the repo, /app")
+        if "STREAMSHIFT_PROJECT" in streamshift:  # /app in the image is this repository
+            streamshift["STREAMSHIFT_PROJECT"] = str(REPO)
         try:
             load_settings(streamshift)
         except Exception as exc:  # noqa: BLE001 - the message is the finding

@@ -42,6 +42,7 @@ FLOW = Flow(
         ("business_date", DateType()), ("merchant", StringType())]]),
     key="refund_id", version="version", deleted=lambda: F.lit(False),
     event_time="business_date", business_date="business_date",
+    rules=(), prepare=lambda df, reference: df,
     views=(View("per_merchant", ("business_date", "merchant"),
                 lambda live: live.groupBy("business_date", "merchant").count()),),
 )
@@ -163,7 +164,7 @@ def _load_stream_and_list(cli: str, project: Path, env: dict[str, str], venv: st
                                  str(path)], cwd=project, env=env, capture_output=True, text=True,
                                 timeout=600, check=False)  # fmt: skip
         assert loaded.returncode == 0, loaded.stderr[-3000:]
-        assert "starting Spark" not in loaded.stderr  # on the engine, not a session of its own
+        assert "(the warm engine, through Spark Connect)" in loaded.stderr, loaded.stderr[-2000:]
     shown = _run([cli, "show", "--flow", "payments", "--view", "by_merchant", "--format", "csv",
                   "--limit", "0"], project, env)  # fmt: skip
     assert _shown(shown) == _oracle(eod, corrections)

@@ -5,7 +5,7 @@ matching what the repository's set-up resolved."""
 
 from __future__ import annotations
 
-import hashlib
+import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +13,7 @@ import pytest
 from streamshift.spec.project import ProjectError, find_project
 from streamshift.spec.registry import DuplicateFlowError, flow_names, flow_sources
 from streamshift.spec.scaffold import InitError, init_project
-from streamshift.spec.settings import REPO_ROOT, SettingsError, resolve_settings
+from streamshift.spec.settings import SettingsError, resolve_settings
 from tests.cli_support import run_cli
 
 FLOW = """
@@ -153,15 +153,24 @@ def test_init_writes_a_project_once_and_it_is_found(tmp_path: Path) -> None:
         init_project(tmp_path / "new team")
 
 
-def test_the_jar_lock_is_what_the_repositorys_setup_resolved() -> None:
-    """scripts/lock-jars writes the lock from jvm/*/lib: a changed pom needs a new lock."""
-    from streamshift.local.kit_setup import locked_jars
+def test_the_jars_are_the_locked_ones_and_none_that_pyspark_ships() -> None:
+    """`streamshift setup` (scripts/setup ran it) left each locked jar, by its hash, in the jars
+    folder; the Spark folder holds no library PySpark ships itself (two versions of one on the
+    class path); a changed file is fetched again."""
+    import pyspark
 
-    locked = {(j.folder, j.name): j.sha256 for j in locked_jars()}
-    resolved = {
-        (folder, jar.name): hashlib.sha256(jar.read_bytes()).hexdigest()
-        for folder in ("spark", "kafka")
-        for jar in (REPO_ROOT / "jvm" / folder / "lib").glob("*.jar")
-        if jar.name != "streamshift-udf.jar"
-    }
-    assert locked == resolved, "run scripts/lock-jars"
+    from streamshift.local.kit_setup import _digest, fetch_jars, locked_jars
+    from streamshift.spec.settings import load_settings
+
+    jars = load_settings().jars_dir
+    locked = locked_jars()
+    assert {(j.folder, j.name) for j in locked} >= {("spark", "delta-spark_4.2_2.13-4.4.0.jar")}
+    for jar in locked:
+        assert _digest(jars / jar.folder / "lib" / jar.name) == jar.sha256, jar.name
+    shipped = {re.sub(r"-\d[\w.\-]*\.jar$", "", p.name)
+               for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}  # fmt: skip
+    doubled = [j.name for j in locked if j.folder == "spark" and
+               re.sub(r"-\d[\w.\-]*\.jar$", "", j.name) in shipped]  # fmt: skip
+    assert doubled == []
+    said: list[str] = []
+    assert fetch_jars(jars, said.append) == 0 and said == []  # all there: nothing fetched

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.project import ENV as PROJECT_ENV
 from streamshift.spec.project import find_project
-from streamshift.spec.settings import KIT_JARS, Settings, jars_cache, load_settings
+from streamshift.spec.settings import KIT_JARS, Settings, load_settings
 from streamshift.store.endpoints import active_profile, engine_answers
 
 if TYPE_CHECKING:
@@ -65,12 +65,10 @@ USE_OPTIONS = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
 def archive_path(settings: Settings) -> Path:
-    """The driver's class archive: one per virtualenv in the shared jar cache (the archive
-    names the jars and this Python's packages), one in a kit repository's jvm/."""
-    if settings.jars_dir == jars_cache():
-        venv = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
-        return settings.jars_dir / "spark" / f"classes-{venv}.jsa"
-    return settings.jars_dir / "spark" / "classes.jsa"
+    """The driver's class archive (``streamshift setup``): one per virtualenv in the jars
+    folder, which may be shared (the archive names the jars and this Python's packages)."""
+    venv = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
+    return settings.jars_dir / "spark" / f"classes-{venv}.jsa"
 
 
 def driver_options(settings: Settings) -> str:

@@ -3,11 +3,13 @@
 * the JVM jars of ``streamshift/jars.lock`` (Spark's Kafka connector and Delta; the Kafka
   broker), fetched from Maven Central into a per-user cache, each checked against its SHA-256
   (a wrong or half-downloaded file is never used); no Maven needed;
-* the stream's JSON decoder jar, built with the wheel (``streamshift/jars/``), beside them;
+* the stream's JSON decoder jar beside them: the one built with the wheel
+  (``streamshift/jars/``), or in the kit's repository compiled from ``jvm/udf`` with javac;
 * the Spark driver's class-data-sharing archive (``streamshift.engine.cds``), trained on the
-  kit's bundled example project and keyed by this virtualenv.
+  kit's bundled example project and keyed by this virtualenv; trained again when Java, the
+  lock, the decoder or the training change (a stamp beside it).
 
-A kit run from its repository (``scripts/setup``: Maven fills ``jvm/``) needs none of it.
+``scripts/setup`` (a kit's repository) is the virtualenv from the lock, then this.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamshift.spec.errors import StreamshiftError
-from streamshift.spec.settings import JARS_LOCK, KIT_JARS, Settings, jars_cache
+from streamshift.spec.settings import JARS_LOCK, KIT_JARS, REPO_ROOT, Settings
 
 CENTRAL = os.environ.get("STREAMSHIFT_MAVEN_REPOSITORY", "https://repo.maven.apache.org/maven2")
 UDF_JAR = "streamshift-udf.jar"
@@ -99,17 +101,76 @@ def fetch_jars(dest: Path, say: Callable[[str], None]) -> int:
     return fetched
 
 
-def place_decoder(dest: Path) -> None:
-    """The decoder jar the wheel was built with, beside Spark's other jars."""
+def build_decoder(sources: Path, target: Path) -> None:
+    """Compile the decoder's Java sources against this PySpark's jars into ``target``."""
+    import tempfile
+
+    import pyspark
+
+    if shutil.which("javac") is None:
+        raise SetupError(
+            "javac not found: the stream's decoder (jvm/udf) is compiled here; install a Java "
+            "17 JDK (e.g. apt-get install openjdk-17-jdk-headless)"
+        )
+    jars = Path(pyspark.__file__).parent / "jars"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as classes:
+        javac = ["javac", "--release", "17", "-Xlint:all,-path", "-Werror", "-cp", f"{jars}/*"]
+        done = subprocess.run(
+            [*javac, "-d", classes, *sorted(str(p) for p in sources.rglob("*.java"))],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise SetupError(f"javac could not build {sources}:\n{done.stderr[-3000:]}")
+        partial = target.with_suffix(".part")
+        subprocess.run(["jar", "cf", str(partial), "-C", classes, "."], check=True)
+        partial.replace(target)
+
+
+def _decoder_key(sources: Path) -> str:
+    import pyspark
+
+    sha = hashlib.sha256(pyspark.__version__.encode())
+    for path in sorted(sources.rglob("*.java")):
+        sha.update(path.read_bytes())
+    return sha.hexdigest()
+
+
+def place_decoder(dest: Path, say: Callable[[str], None]) -> None:
+    """The decoder jar beside Spark's other jars: the wheel's, or built from the repository."""
+    target = dest / "spark" / "lib" / UDF_JAR
+    target.parent.mkdir(parents=True, exist_ok=True)
     bundled = KIT_JARS / UDF_JAR
-    if not bundled.is_file():
+    if bundled.is_file():
+        if not target.is_file() or _digest(target) != _digest(bundled):
+            shutil.copy2(bundled, target)
+        return
+    sources = REPO_ROOT / "jvm" / "udf" / "src"
+    if not sources.is_dir():
         raise SetupError(
             f"this kit has no {UDF_JAR} (a wheel builds it with javac): reinstall the kit from "
-            "its wheel, or run scripts/setup in the kit's repository"
+            "its wheel"
         )
-    target = dest / "spark" / "lib" / UDF_JAR
-    if not target.is_file() or _digest(target) != _digest(bundled):
-        shutil.copy2(bundled, target)
+    stamp = target.with_suffix(".stamp")
+    key = _decoder_key(sources)
+    if target.is_file() and stamp.is_file() and stamp.read_text() == key:
+        return
+    say(f"building the stream's JSON decoder ({sources.relative_to(REPO_ROOT)}) with javac")
+    build_decoder(sources, target)
+    stamp.write_text(key)
+
+
+def _archive_key(dest: Path) -> str:
+    """What the class archive depends on: Java, the jars, the training, this virtualenv."""
+    from streamshift.engine import cds
+
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False)
+    sha = hashlib.sha256((java.stderr + sys.prefix).encode())
+    sha.update(JARS_LOCK.read_bytes())
+    sha.update(Path(cds.__file__).read_bytes())
+    decoder = dest / "spark" / "lib" / UDF_JAR
+    sha.update(_digest(decoder).encode() if decoder.is_file() else b"")
+    return sha.hexdigest()
 
 
 def setup(settings: Settings, say: Callable[[str], None], *, archive: bool = True) -> Path:
@@ -117,18 +178,20 @@ def setup(settings: Settings, say: Callable[[str], None], *, archive: bool = Tru
     from streamshift.engine.spark import archive_path
 
     dest = settings.jars_dir
-    if dest != jars_cache():
-        say(f"jars from {dest} (STREAMSHIFT_JARS_DIR or the kit's repository): nothing to fetch")
-        return dest
     fetched = fetch_jars(dest, say)
-    place_decoder(dest)
+    place_decoder(dest, say)
     say(f"{len(locked_jars())} jars in {dest} ({fetched} fetched, every hash checked)")
     path = archive_path(settings)
-    if archive and not path.is_file():
+    stamp = path.with_suffix(".stamp")
+    key = _archive_key(dest) if archive else ""
+    if archive and not (path.is_file() and stamp.is_file() and stamp.read_text() == key):
+        stamp.unlink(missing_ok=True)
         say("training the Spark driver's class-data-sharing archive (a minute or two)")
         done = subprocess.run(
             [sys.executable, "-m", "streamshift.engine.cds", "--output", str(path)], check=False
         )
-        if done.returncode != 0:
+        if done.returncode == 0:
+            stamp.write_text(key)
+        else:
             say("no class-data-sharing archive: Spark jobs run, only slower")
     return dest

@@ -32,12 +32,6 @@ def jars_cache() -> Path:
     return (base / "streamshift" / "jars" / hashlib.sha256(lock).hexdigest()[:16]).resolve()
 
 
-def _default_jars() -> Path:
-    """The kit's repository's ``jvm/`` once scripts/setup filled it, else the user's cache."""
-    checkout = REPO_ROOT / "jvm"
-    return checkout if (checkout / ".stamp").is_file() else jars_cache()
-
-
 # Variables that are not settings, known so never reported as unknown: STREAMSHIFT_PYTHON is
 # read by scripts/setup (the shell); STREAMSHIFT_ERROR_FILE is where a job run by Airflow
 # leaves its one-line error (streamshift.cli); the two STREAMSHIFT_KILL_AFTER_COMMITS* arm the
@@ -168,10 +162,10 @@ class Settings:
         "already picks wins",
     )
     jars_dir: Path = _setting(  # noqa: RUF009
-        _default_jars(),
+        jars_cache(),
         _path,
         "folder holding spark/lib and kafka/lib: the per-user cache `streamshift setup` fills "
-        "(the kit's repository: its jvm/, filled by scripts/setup)",
+        "from streamshift/jars.lock",
     )
     kafka_bootstrap_servers: str = _setting(
         "127.0.0.1:9092", _bootstrap, "Kafka bootstrap servers (host:port,...)"
