@@ -212,3 +212,36 @@ def test_a_runner_whose_engine_is_gone_stops() -> None:
     assert done.returncode == 0, done.stderr
     assert f"the engine at {url} is gone; stopping" in done.stdout
     assert not socket_path(engine_address(url)[1]).exists()
+
+
+def test_a_job_from_another_project_runs_that_projects_flows(tmp_path: Path) -> None:
+    """The suite's engine started in the kit's example project; a command run in a team's
+    project hands it a job of a flow only that project declares, and of a flow name the
+    example project does not have: the runner's process loads the team's flow, not its own."""
+    from streamshift.spec.scaffold import init_project
+
+    project = tmp_path / "team"
+    init_project(project)
+    (project / "flows" / "payments" / "reference" / "merchants.csv").write_text(
+        "merchant,category\nACME,hardware\nZED,toys\n"
+    )
+    eod = tmp_path / "payments.csv"
+    eod.write_text(
+        "payment_id,version,status,business_date,paid_at,merchant,amount\n"
+        "P1,1,BOOKED,2026-11-20,2026-11-20T09:00:00Z,ACME,10.00\n"
+        "P2,1,BOOKED,2026-11-20,2026-11-20T10:00:00Z,ZED,4.00\n"
+        "P3,1,BOOKED,2026-11-20,2026-11-20T11:00:00Z,BOLT,7.00\n"  # not in this project's data
+    )
+    env = cli_env(tmp_path)
+    env.pop("STREAMSHIFT_HOME")  # the project's var/
+    env.pop("STREAMSHIFT_PROJECT")  # found from the folder the command runs in
+    loaded = run_cli(tmp_path, "eod", "--flow", "payments", "--date", str(DAY), "--file",
+                     str(eod), env=env, cwd=project)  # fmt: skip
+    assert loaded.returncode == 0, loaded.stderr
+    _job_process(loaded.stderr)
+    shown = run_cli(tmp_path, "show", "--flow", "payments", "--view", "by_merchant", "--format",
+                    "csv", env=env, cwd=project)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    got = sorted(tuple(r[1:3]) for r in csv.reader(shown.stdout.splitlines()[1:]))
+    assert got == [("ACME", "1"), ("ZED", "1")]
+    assert (project / "var" / "warehouse").is_dir()

@@ -60,7 +60,7 @@ def _base_type(type_name: Column) -> Column:
 
 
 JVM_FUNCTION = "streamshift_decode_json"
-JVM_CLASS = "dev.streamshift.DecodeJson"  # jvm/udf, built into jvm/spark/lib by scripts/setup
+JVM_CLASS = "dev.streamshift.DecodeJson"  # jvm/udf, built by `streamshift setup` or the wheel
 
 
 def _spec(flow: Flow) -> str:
@@ -80,7 +80,7 @@ def _jvm_fields(flow: Flow, staged: DataFrame) -> DataFrame:
         except Exception as e:
             raise RuntimeError(
                 f"the JVM decoder {JVM_CLASS} is not on this Spark session's classpath "
-                "(STREAMSHIFT_JARS_DIR/spark/lib/streamshift-udf.jar); run `streamshift setup` (in the "
+                "(streamshift/jars/streamshift-udf.jar); run `streamshift setup` (in the "
                 "kit's repository: scripts/setup, which builds it)"
             ) from e
     parts = F.call_function(JVM_FUNCTION, F.col("_text"), F.lit(_spec(flow)))

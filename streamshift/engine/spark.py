@@ -40,11 +40,11 @@ class MissingJarsError(StreamshiftError):
 
 
 def jars(settings: Settings) -> list[str]:
-    """Spark's Kafka connector and Delta jars fetched by scripts/setup."""
+    """Spark's Kafka connector and Delta jars (``streamshift setup``), and the decoder."""
     found = settings.spark_jars
-    if not found:
+    if not any(j.parent == settings.jars_dir / "spark" / "lib" for j in found):
         raise MissingJarsError(
-            f"no jars in {settings.jars_dir / 'spark' / 'lib'}: run scripts/setup to fetch "
+            f"no jars in {settings.jars_dir / 'spark' / 'lib'}: run `streamshift setup` to fetch "
             "Spark's Kafka connector and Delta Lake from Maven Central"
         )
     return [str(j) for j in found]

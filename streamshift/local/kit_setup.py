@@ -3,8 +3,8 @@
 * the JVM jars of ``streamshift/jars.lock`` (Spark's Kafka connector and Delta; the Kafka
   broker), fetched from Maven Central into a per-user cache, each checked against its SHA-256
   (a wrong or half-downloaded file is never used); no Maven needed;
-* the stream's JSON decoder jar beside them: the one built with the wheel
-  (``streamshift/jars/``), or in the kit's repository compiled from ``jvm/udf`` with javac;
+* the stream's JSON decoder jar, in the package (``streamshift/jars/``): the one the wheel was
+  built with, or in the kit's repository compiled from ``jvm/udf`` with javac;
 * the Spark driver's class-data-sharing archive (``streamshift.engine.cds``), trained on the
   kit's bundled example project and keyed by this virtualenv; trained again when Java, the
   lock, the decoder or the training change (a stamp beside it).
@@ -136,28 +136,29 @@ def _decoder_key(sources: Path) -> str:
     return sha.hexdigest()
 
 
-def place_decoder(dest: Path, say: Callable[[str], None]) -> None:
-    """The decoder jar beside Spark's other jars: the wheel's, or built from the repository."""
-    target = dest / "spark" / "lib" / UDF_JAR
-    target.parent.mkdir(parents=True, exist_ok=True)
-    bundled = KIT_JARS / UDF_JAR
-    if bundled.is_file():
-        if not target.is_file() or _digest(target) != _digest(bundled):
-            shutil.copy2(bundled, target)
-        return
+def place_decoder(dest: Path, say: Callable[[str], None]) -> Path:
+    """The decoder jar of this kit: the wheel's, or built from the repository's jvm/udf, in
+    the package (``streamshift/jars``), never in the shared jars folder (another virtualenv's
+    kit would rewrite it under this one's class archive)."""
+    for old in (UDF_JAR, "streamshift-udf.stamp"):  # where an older kit put it
+        (dest / "spark" / "lib" / old).unlink(missing_ok=True)
+    target = KIT_JARS / UDF_JAR
     sources = REPO_ROOT / "jvm" / "udf" / "src"
     if not sources.is_dir():
-        raise SetupError(
-            f"this kit has no {UDF_JAR} (a wheel builds it with javac): reinstall the kit from "
-            "its wheel"
-        )
+        if not target.is_file():
+            raise SetupError(
+                f"this kit has no {UDF_JAR} (a wheel builds it with javac): reinstall the kit "
+                "from its wheel"
+            )
+        return target
     stamp = target.with_suffix(".stamp")
     key = _decoder_key(sources)
     if target.is_file() and stamp.is_file() and stamp.read_text() == key:
-        return
+        return target
     say(f"building the stream's JSON decoder ({sources.relative_to(REPO_ROOT)}) with javac")
     build_decoder(sources, target)
     stamp.write_text(key)
+    return target
 
 
 def _archive_key(dest: Path) -> str:
@@ -168,7 +169,7 @@ def _archive_key(dest: Path) -> str:
     sha = hashlib.sha256((java.stderr + sys.prefix).encode())
     sha.update(JARS_LOCK.read_bytes())
     sha.update(Path(cds.__file__).read_bytes())
-    decoder = dest / "spark" / "lib" / UDF_JAR
+    decoder = KIT_JARS / UDF_JAR
     sha.update(_digest(decoder).encode() if decoder.is_file() else b"")
     return sha.hexdigest()
 

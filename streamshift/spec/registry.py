@@ -118,17 +118,20 @@ def _source(name: str) -> FlowSource:
     return sources[name]
 
 
-_in_use: list[str] = []  # the project root this process put on sys.path
+_in_use: list[Project] = []  # the project whose flows this process loads
+_inserted: set[str] = set()  # the project roots this process put on sys.path
 
 
-def _forget(root: str) -> None:
-    """Another project's modules out of this process (the engine's runner forks each job from
-    a process that may have imported the flows of the project it started in)."""
-    with_slash = root.rstrip(os.sep) + os.sep
-    for name, module in list(sys.modules.items()):
-        if (getattr(module, "__file__", None) or "").startswith(with_slash):
-            del sys.modules[name]
-    while root in sys.path:
+def _forget(project: Project) -> None:
+    """Another project's flows out of this process (the engine's runner forks each job from a
+    process that imported the flows of the project it started in). Only its flows package:
+    the root may also hold the kit itself, or a virtualenv."""
+    package = project.flows
+    for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
+        del sys.modules[name]
+    root = str(project.root)
+    if root in _inserted:  # a root that was on the path anyway (an editable kit's) stays
+        _inserted.discard(root)
         sys.path.remove(root)
 
 
@@ -140,13 +143,14 @@ def use_project() -> Project | None:
     if project is None:
         return None
     root = str(project.root)
-    for other in [r for r in _in_use if r != root]:
+    for other in [p for p in _in_use if p.root != project.root]:
         _forget(other)
         _in_use.remove(other)
-    if root not in _in_use:
-        _in_use.append(root)
+    if project not in _in_use:
+        _in_use.append(project)
     if root not in sys.path:
         sys.path.insert(0, root)
+        _inserted.add(root)
         importlib.invalidate_caches()
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     if root not in paths:

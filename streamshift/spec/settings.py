@@ -21,7 +21,8 @@ from streamshift.spec.project import Project, check_kit, find_project
 PREFIX = "STREAMSHIFT_"
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the kit's repository, when run from one
 JARS_LOCK = Path(__file__).resolve().parents[1] / "jars.lock"
-# What the package carries for the JVMs: log4j2 configurations, the decoder jar of a wheel.
+# What the package carries for the JVMs: log4j2 configurations, the stream's decoder jar (a
+# wheel's, or the one `streamshift setup` builds in the kit's repository).
 KIT_JARS = Path(__file__).resolve().parents[1] / "jars"
 
 
@@ -283,7 +284,10 @@ class Settings:
 
     @property
     def spark_jars(self) -> list[Path]:
-        return sorted((self.jars_dir / "spark" / "lib").glob("*.jar"))
+        """The locked jars of Spark's folder, and this kit's decoder (``streamshift setup``)."""
+        decoder = KIT_JARS / "streamshift-udf.jar"
+        locked = sorted((self.jars_dir / "spark" / "lib").glob("*.jar"))
+        return [*locked, decoder] if decoder.is_file() else locked
 
     @property
     def kafka_jars(self) -> list[Path]:

@@ -310,7 +310,7 @@ def _jvm_view_changes(frame: DataFrame, spec: dict[str, Any]) -> DataFrame:
     except TypeError as e:  # py4j's JavaPackage: the class is not on the classpath
         raise ServeError(
             f"the JVM state processor {JVM_PROCESSOR} is not on this Spark session's classpath "
-            "(STREAMSHIFT_JARS_DIR/spark/lib/streamshift-udf.jar); run `streamshift setup` (the "
+            "(streamshift/jars/streamshift-udf.jar); run `streamshift setup` (the "
             "kit's repository: scripts/setup), or serve "
             "with --engine python"
         ) from e
