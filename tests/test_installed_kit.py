@@ -147,8 +147,8 @@ def test_a_team_installs_the_kit_and_runs_its_own_project(
     assert "1 passed" in tested, tested
 
     # The warm engine from the project's folder; an EOD file and its corrections run on it.
-    _run([cli, "engine", "up"], project, env)
     try:
+        _run([cli, "engine", "up"], project, env)
         _load_stream_and_list(cli, project, env, str(venv))
     finally:
         subprocess.run([cli, "engine", "down"], cwd=project, env=env, timeout=120, check=False)

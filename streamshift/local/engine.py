@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamshift.spec.errors import StreamshiftError
+from streamshift.spec.project import ENV as PROJECT_ENV
 from streamshift.spec.settings import Settings
 from streamshift.store.endpoints import LOOPBACK, engine_address
 from streamshift.store.processes import (
@@ -148,7 +149,11 @@ class LocalEngine:
                 )
             if port_open(self.port):
                 self._warm()
-                self._start_runner()
+                try:
+                    self._start_runner()
+                except EngineError:  # a failed `engine up` leaves nothing running
+                    self.stop()
+                    raise
                 return True
             if progress and not said:
                 progress("waiting for the engine to listen (a JVM start, once) ...")
@@ -192,6 +197,8 @@ class LocalEngine:
         path = socket_path(self.port)
         path.unlink(missing_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSHIFT_")}
+        if self.settings.project is not None:  # it loads that project's flows ahead of jobs
+            env[PROJECT_ENV] = str(self.settings.project)
         command = [sys.executable, "-m", "streamshift.local.runner", self.url]
         process = _spawn(command, env, self.folder / "runner.log", self.runner_pid_file)
         deadline = time.monotonic() + timeout
