@@ -59,9 +59,9 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 900) 
     return done.stdout
 
 
-def _oracle(*files: Path) -> dict[str, tuple[int, Decimal]]:
+def _oracle(*files: Path, below: Decimal | None = None) -> dict[str, tuple[int, Decimal]]:
     """by_merchant from the files alone: each payment's highest version, live if BOOKED with a
-    positive amount at a known merchant."""
+    positive amount (``below`` a limit, once the test added that rule) at a known merchant."""
     merchants = {"ACME", "BOLT", "CORA", "DUNE"}
     best: dict[str, dict[str, str]] = {}
     for path in files:
@@ -170,6 +170,29 @@ def _load_stream_and_list(cli: str, project: Path, env: dict[str, str], venv: st
     assert _shown(shown) == _oracle(eod, corrections)
     assert (project / "var" / "warehouse").is_dir()  # STREAMSHIFT_HOME: the project's var/
 
+    # A rule added while the engine runs: the next job runs the code on disk, not the code
+    # the engine's runner imported when it started.
+    flow_file = project / "flows" / "payments" / "__init__.py"
+    flow_file.write_text(flow_file.read_text().replace(
+        '        Rule("known_merchant",',
+        '        Rule("below_400", lambda: reversed_() | (F.col("amount") < 400)),\n'
+        '        Rule("known_merchant",',
+    ))  # fmt: skip
+    late = files / "big.csv"
+    late.write_text("payment_id,version,status,business_date,paid_at,merchant,amount\n"
+                    f"BIG-1,1,BOOKED,{DAY},{DAY}T12:00:00Z,ACME,450.00\n")  # fmt: skip
+    again = subprocess.run([cli, "eod", "--flow", "payments", "--date", DAY, "--file", str(late)],
+                           cwd=project, env=env, capture_output=True, text=True, timeout=600,
+                           check=False)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "the flows changed since the engine started: loaded again" in again.stderr
+    quarantined = _run([cli, "show", "--flow", "payments", "--view", "quarantine", "--format",
+                        "csv", "--limit", "0"], project, env)  # fmt: skip
+    rules = [
+        r["rule"] for r in csv.DictReader(quarantined.splitlines()) if "BIG-1" in r["raw_payload"]
+    ]
+    assert rules == ["below_400"], quarantined
+
     # The next day through Kafka into the stream layer.
     _run([cli, "promote", "--flow", "payments", "--to", "shadow", "--by", "test"], project, env)
     _run([cli, "topics", "--flow", "payments"], project, env)
@@ -181,7 +204,7 @@ def _load_stream_and_list(cli: str, project: Path, env: dict[str, str], venv: st
     _run([cli, "stream", "--flow", "payments", "--available-now"], project, env)
     streamed = _run([cli, "show", "--flow", "payments", "--view", "by_merchant", "--layer",
                      "stream", "--date", day2, "--format", "csv", "--limit", "0"], project, env)  # fmt: skip
-    assert _shown(streamed) == _oracle(events)
+    assert _shown(streamed) == _oracle(events, below=Decimal(400))
 
     # Airflow from the project's folder: its DAGs, the kit's plugin by its entry point.
     settings = load_settings({"STREAMSHIFT_PROJECT": str(project)}, home=project / "var")

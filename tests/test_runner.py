@@ -245,3 +245,26 @@ def test_a_job_from_another_project_runs_that_projects_flows(tmp_path: Path) -> 
     got = sorted(tuple(r[1:3]) for r in csv.reader(shown.stdout.splitlines()[1:]))
     assert got == [("ACME", "1"), ("ZED", "1")]
     assert (project / "var" / "warehouse").is_dir()
+
+    # The team adds a rule: its next job runs the code on disk (the runner's process started
+    # in the kit's project; tests/test_installed_kit.py changes a flow under its own engine).
+    flow_file = project / "flows" / "payments" / "__init__.py"
+    flow_file.write_text(flow_file.read_text().replace(
+        '        Rule("known_merchant",',
+        '        Rule("below_100", lambda: reversed_() | (F.col("amount") < 100)),\n'
+        '        Rule("known_merchant",',
+    ))  # fmt: skip
+    more = tmp_path / "more.csv"
+    more.write_text(
+        "payment_id,version,status,business_date,paid_at,merchant,amount\n"
+        "P4,1,BOOKED,2026-11-20,2026-11-20T12:00:00Z,ACME,500.00\n"
+        "P5,1,BOOKED,2026-11-20,2026-11-20T13:00:00Z,ACME,2.00\n"
+    )
+    again = run_cli(tmp_path, "eod", "--flow", "payments", "--date", str(DAY), "--file",
+                    str(more), env=env, cwd=project)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    _job_process(again.stderr)
+    quarantine = run_cli(tmp_path, "show", "--flow", "payments", "--view", "quarantine",
+                         "--format", "csv", env=env, cwd=project)  # fmt: skip
+    rules = {row["rule"] for row in csv.DictReader(quarantine.stdout.splitlines())}
+    assert rules == {"known_merchant", "below_100"}, quarantine.stdout

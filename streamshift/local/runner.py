@@ -39,7 +39,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamshift.spec.registry import flow_names, get_flow
+from streamshift.spec.registry import flow_names, forget_stale, get_flow
 from streamshift.spec.requests import JobRequest
 from streamshift.store.endpoints import (
     CONNECT_CLIENT_VARIABLES,
@@ -431,6 +431,11 @@ def _serve_one(listener: socket.socket, control: socket.socket, url: str, parent
     from streamshift.engine.write.commits import reset_faults, tables_written
 
     reset_faults()  # read from the command's environment, as its own process would
+    if forget_stale():  # the flow code on disk, never the code the runner started with
+        print(
+            "[streamshift] the flows changed since the engine started: loaded again",
+            file=sys.stderr,
+        )
     status = run_handed_over(JobRequest.from_json(data["request"]))
     sys.stdout.flush()
     sys.stderr.flush()

@@ -14,6 +14,7 @@ data-quality suites as ``<flows>/<name>/quality.json``.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import os
@@ -119,6 +120,7 @@ def _source(name: str) -> FlowSource:
 
 
 _in_use: list[Project] = []  # the project whose flows this process loads
+_loaded_digest: dict[Path, str] = {}  # its flows' files when they were imported
 _inserted: set[str] = set()  # the project roots this process put on sys.path
 
 
@@ -135,6 +137,33 @@ def _forget(project: Project) -> None:
         sys.path.remove(root)
 
 
+def flows_digest(project: Project) -> str:
+    """The flows package's files as they are on disk (path, size, modification time): what a
+    process that imported them compares before a job, without importing anything."""
+    sha = hashlib.sha256()
+    folder = project.flows_dir
+    for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
+        if path.is_file() and "__pycache__" not in path.parts:
+            stat = path.stat()
+            sha.update(f"{path.relative_to(folder)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return sha.hexdigest()
+
+
+def forget_stale() -> bool:
+    """Before a job in a process that outlives one (the engine's job runner forks each job
+    from a process that imported the flows when it started): the flows of this process's
+    project are imported again from disk if their files changed since. True if they did."""
+    project = find_project()
+    if project is None or project not in _in_use:
+        return False
+    if flows_digest(project) == _loaded_digest.get(project.root):
+        return False
+    _forget(project)
+    _in_use.remove(project)
+    importlib.invalidate_caches()
+    return True
+
+
 def use_project() -> Project | None:
     """Make the project's modules importable in this process and the processes it starts
     (Spark's Python workers, a spark-submit driver): its root first on ``sys.path`` and on
@@ -148,6 +177,7 @@ def use_project() -> Project | None:
         _in_use.remove(other)
     if project not in _in_use:
         _in_use.append(project)
+        _loaded_digest[project.root] = flows_digest(project)
     if root not in sys.path:
         sys.path.insert(0, root)
         _inserted.add(root)
