@@ -1,5 +1,5 @@
 """The wheel carries the stream's JSON decoder (jvm/udf) as a jar, compiled here against the
-build environment's PySpark jars (a build with no isolation: `uv build --wheel
+build environment's PySpark jars, and Data Docs' front-end files (a build with no isolation: `uv build --wheel
 --no-build-isolation`, the lock's setuptools and pyspark). Everything else is pyproject.toml."""
 
 from __future__ import annotations
@@ -20,9 +20,16 @@ class BuildWithDecoder(build_py):
             return
         sys.path.insert(0, str(ROOT))
         from streamshift.local.kit_setup import UDF_JAR, build_decoder
+        from streamshift.store.data_docs import bundle
 
-        target = pathlib.Path(self.build_lib) / "streamshift" / "jars" / UDF_JAR
-        build_decoder(ROOT / "jvm" / "udf" / "src", target)
+        package = pathlib.Path(self.build_lib) / "streamshift"
+        build_decoder(ROOT / "jvm" / "udf" / "src", package / "jars" / UDF_JAR)
+        # Data Docs' front-end files, from scripts/setup's npm install (without it the wheel's
+        # Data Docs keep their CDN links, and say so).
+        if not bundle(ROOT / "expectations" / "assets", package / "data_docs_assets"):
+            print(
+                "warning: no Data Docs front-end files (run scripts/setup first)", file=sys.stderr
+            )
 
 
 setup(cmdclass={"build_py": BuildWithDecoder})

@@ -108,6 +108,10 @@ def test_a_team_installs_the_kit_and_runs_its_own_project(
             shutil.copy2(REPO_ROOT / name, kit / name)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("STREAMSHIFT_", "VIRTUAL"))}
     base.pop("PYTHONPATH", None)
+    npm = shutil.which("npm")
+    if npm:  # Data Docs' front-end files, as scripts/setup installs them (npm's cache: offline)
+        _run([npm, "ci", "--prefer-offline", "--ignore-scripts", "--no-audit", "--no-fund"],
+             kit / "expectations" / "assets", base)  # fmt: skip
     _run([str(UV), "build", "--wheel", "--no-build-isolation", "--offline", "--python",
           sys.executable, "-o", str(tmp_path / "dist"), str(kit)], kit, base)  # fmt: skip
     [wheel] = (tmp_path / "dist").glob("streamshift-*.whl")
@@ -129,6 +133,10 @@ def test_a_team_installs_the_kit_and_runs_its_own_project(
     no_flows = subprocess.run([str(python), "-c", "import flows"], cwd=tmp_path, env=env,
                               capture_output=True, text=True, check=False)  # fmt: skip
     assert no_flows.returncode != 0 and "No module named 'flows'" in no_flows.stderr
+    if npm:  # the wheel carries every file Data Docs' pages load
+        probe = "from streamshift.store import data_docs as d; print(d.ASSETS, d.installed())"
+        assets = _run([str(python), "-c", probe], tmp_path, env)
+        assert assets.startswith(str(venv)) and assets.strip().endswith("[]"), assets
 
     cli = str(venv / "bin" / "streamshift")
     ready = _run([cli, "setup", "--no-archive"], tmp_path, env)

@@ -20,7 +20,10 @@ from pathlib import Path
 
 from streamshift.spec.settings import REPO_ROOT
 
-ASSETS = REPO_ROOT / "expectations" / "assets"
+# A wheel carries the files the pages need (setup.py copies them from the repository's npm
+# install); the repository reads its own.
+BUNDLED = Path(__file__).resolve().parents[1] / "data_docs_assets"
+ASSETS = BUNDLED if BUNDLED.is_dir() else REPO_ROOT / "expectations" / "assets"
 VENDOR = "vendor"
 
 # CDN address GE writes -> the file in node_modules (and under data_docs/vendor) that replaces
@@ -83,6 +86,25 @@ _WHOLE = re.compile(
     "(?:" + "|".join(re.escape(url) for url in sorted(FILES, key=len, reverse=True)) + ")"
     r"(?=[\"'\s)])"
 )
+
+
+def bundle(assets: Path, into: Path) -> int:
+    """Copy the files of FILES and FOLDERS (and the install's stamp) from ``assets`` to
+    ``into``, for a wheel; the number of files copied (0: the npm install is missing)."""
+    if installed(assets):
+        return 0
+    source, target = modules_dir(assets), modules_dir(into)
+    count = 0
+    for rel in sorted(set(FILES.values())):
+        (target / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source / rel, target / rel)
+        count += 1
+    stamp = source / ".stamp"  # scripts/setup's: which install the docs' vendor copy is of
+    (target / ".stamp").write_text(stamp.read_text() if stamp.is_file() else "bundled")
+    for rel in FOLDERS:
+        shutil.copytree(source / rel, target / rel, dirs_exist_ok=True)
+        count += sum(1 for p in (target / rel).rglob("*") if p.is_file())
+    return count
 
 
 def modules_dir(assets: Path = ASSETS) -> Path:
