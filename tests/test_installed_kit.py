@@ -72,11 +72,9 @@ def _oracle(*files: Path, below: Decimal | None = None) -> dict[str, tuple[int, 
                     best[row["payment_id"]] = row
     out: dict[str, list] = defaultdict(lambda: [0, Decimal(0)])
     for row in best.values():
-        if (
-            row["status"] == "BOOKED"
-            and Decimal(row["amount"]) > 0
-            and row["merchant"] in merchants
-        ):
+        amount = Decimal(row["amount"] or 0)
+        fits = amount > 0 and (below is None or amount < below)
+        if row["status"] == "BOOKED" and fits and row["merchant"] in merchants:
             out[row["merchant"]][0] += 1
             out[row["merchant"]][1] += Decimal(row["amount"])
     return {m: (c, a) for m, (c, a) in out.items()}
