@@ -149,8 +149,8 @@ def _found(named: str, cwd: str) -> Project | None:
         if project is None:
             raise ProjectError(f"{ENV}={named}: {path} has no [tool.streamshift] table")
         return project
-    path = _project_file(Path(cwd))
-    return None if path is None else parse(path)
+    found = _project_file(Path(cwd))
+    return None if found is None else parse(found)
 
 
 def _project_file_in(folder: Path) -> Path:
