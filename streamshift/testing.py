@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from streamshift.spec.catalog import QUARANTINE_SCHEMA
+from streamshift.spec.dayfiles import write_csv
 from streamshift.spec.registry import get_flow
 from streamshift.spec.settings import Settings, load_settings
 
@@ -73,10 +74,7 @@ class Loaded:
         flow = self.target.flow
         path = self.folder / f"{flow.name}_{self.business_date}_{self.files}.csv"
         columns = [f.name for f in flow.schema.fields]
-        with open(path, "w", newline="") as handle:
-            writer = csv.writer(handle, lineterminator="\n")
-            writer.writerow(columns)
-            writer.writerows([_text(row.get(c)) for c in columns] for row in rows)
+        write_csv(path, ([_text(row.get(c)) for c in columns] for row in rows), columns)
         run_eod(self.spark, self.target, self.business_date, path, replace=replace)
 
     def _rows(self, path: str, order: Sequence[str]) -> list[dict[str, Any]]:

@@ -34,7 +34,7 @@ PROJECT_FILE = "streamshift.toml"
 PYPROJECT = "pyproject.toml"
 ENV = "STREAMSHIFT_PROJECT"
 KEYS = {"name", "flows", "kit", "settings"}
-SECRET_WORDS = ("password", "secret", "token")
+SECRET_WORDS = ("password", "secret", "token")  # a setting so named is a secret
 
 
 class ProjectError(StreamshiftError, ValueError):
@@ -142,6 +142,14 @@ def _project_file(start: Path) -> Path | None:
 
 @lru_cache(maxsize=8)
 def _found(named: str, cwd: str) -> Project | None:
+    """The project, read and its kit pin checked once per process and place."""
+    project = _read(named, cwd)
+    if project is not None:
+        check_kit(project)
+    return project
+
+
+def _read(named: str, cwd: str) -> Project | None:
     if named:
         given = Path(named).expanduser().resolve()
         path = given if given.is_file() else _project_file_in(given)

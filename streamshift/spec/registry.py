@@ -119,8 +119,8 @@ def _source(name: str) -> FlowSource:
     return sources[name]
 
 
-_in_use: list[Project] = []  # the project whose flows this process loads
-_loaded_digest: dict[Path, str] = {}  # its flows' files when they were imported
+# The project whose flows this process loads, by root, with its flows' digest at import.
+_in_use: dict[Path, tuple[Project, str]] = {}
 _inserted: set[str] = set()  # the project roots this process put on sys.path
 
 
@@ -154,12 +154,11 @@ def forget_stale() -> bool:
     from a process that imported the flows when it started): the flows of this process's
     project are imported again from disk if their files changed since. True if they did."""
     project = find_project()
-    if project is None or project not in _in_use:
+    if project is None or project.root not in _in_use:
         return False
-    if flows_digest(project) == _loaded_digest.get(project.root):
+    if flows_digest(project) == _in_use[project.root][1]:
         return False
-    _forget(project)
-    _in_use.remove(project)
+    _forget(_in_use.pop(project.root)[0])
     importlib.invalidate_caches()
     return True
 
@@ -172,12 +171,10 @@ def use_project() -> Project | None:
     if project is None:
         return None
     root = str(project.root)
-    for other in [p for p in _in_use if p.root != project.root]:
-        _forget(other)
-        _in_use.remove(other)
-    if project not in _in_use:
-        _in_use.append(project)
-        _loaded_digest[project.root] = flows_digest(project)
+    for other in [r for r in _in_use if r != project.root]:
+        _forget(_in_use.pop(other)[0])
+    if project.root not in _in_use:
+        _in_use[project.root] = (project, flows_digest(project))
     if root not in sys.path:
         sys.path.insert(0, root)
         _inserted.add(root)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from streamshift.spec.errors import StreamshiftError
-from streamshift.spec.project import Project, check_kit, find_project
+from streamshift.spec.project import SECRET_WORDS, Project, find_project
 
 PREFIX = "STREAMSHIFT_"
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the kit's repository, when run from one
@@ -336,10 +336,6 @@ def env_name(field_name: str) -> str:
     return PREFIX + field_name.upper()
 
 
-def setting_names() -> list[str]:
-    return [f.name for f in fields(Settings)]
-
-
 def _project_value(name: str, text: str, project: Project) -> str:
     """A project file's path settings are the project's: relative to its root."""
     if name in PATH_SETTINGS and text and not Path(text).expanduser().is_absolute():
@@ -364,12 +360,8 @@ def resolve_settings(
             f"unknown setting {', '.join(unknown)}; known settings are: {', '.join(sorted(known))}"
         )
     project = find_project(environ)
-    if project is not None:
-        check_kit(project)
-        strange = sorted(
-            set(project.settings) - {f.name for f in fields(Settings)}
-            | ({"project"} & set(project.settings))
-        )
+    if project is not None:  # any setting but the project itself
+        strange = sorted(set(project.settings) - {f.name for f in fields(Settings)} - {"project"})
         if strange:
             raise SettingsError(
                 f"{project.file}: unknown setting {', '.join(strange)}; "
@@ -422,9 +414,6 @@ def as_env(settings: Settings) -> dict[str, str]:
         if value is not None and value != f.default:
             env[env_name(f.name)] = str(value).lower() if isinstance(value, bool) else str(value)
     return env
-
-
-SECRET_WORDS = ("password", "secret", "token")
 
 
 def shown(field_name: str, value: object) -> str:
