@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import datetime as dt
 import json
 import random
@@ -286,23 +287,38 @@ def _messages(flow: Flow, rng: random.Random, count: int) -> list[bytes | None]:
     return out
 
 
-@pytest.mark.parametrize("flow_name", ["trades", "telemetry"])
+@pytest.mark.parametrize("flow_name", ["trades", "telemetry", "trades-optional"])
 def test_jvm_decoder_gives_what_sparks_expressions_give(spark, flow_name: str) -> None:  # type: ignore[no-untyped-def]
     """The JVM decoder (jvm/udf) against the same checks written as Spark expressions, on
-    3,000 random messages per flow: every column of every row equal."""
+    3,000 random messages per flow: every column of every row equal. ``trades-optional``: two
+    of its columns optional (one with a default) and fields the flow does not declare
+    refused."""
     from streamshift.engine.decode import decode
     from streamshift.spec.registry import get_flow
 
-    flow = get_flow(flow_name)
+    name, _, variant = flow_name.partition("-")
+    flow = get_flow(name)
+    refuse = bool(variant)
+    if variant:
+        flow = dataclasses.replace(flow, optional={"currency": None, "book": "NO-BOOK"})
     messages = _messages(flow, random.Random(flow_name), 3000)
     kafka = spark.createDataFrame(
         [(None, v, "t", 0, i, dt.datetime(2026, 11, 20)) for i, v in enumerate(messages)],
         "key BINARY, value BINARY, topic STRING, partition INT, offset LONG, timestamp TIMESTAMP",
     )
-    jvm = kafka.transform(decode(flow)).collect()
-    reference = kafka.transform(decode(flow, reference=True)).collect()
+    jvm = kafka.transform(decode(flow, refuse_unknown=refuse)).collect()
+    reference = kafka.transform(decode(flow, reference=True, refuse_unknown=refuse)).collect()
     assert len(jvm) == len(reference) == len(messages)
     rules = collections.Counter(r["_malformed"] for r in reference)
-    assert len(rules) == 5, rules  # decodable and each of the four rules occur
+    assert len(rules) == 5 + refuse, rules  # decodable and each of the rules occur
+    if variant:
+        # A message without the optional book is decodable and takes its default; one
+        # without the optional currency has none.
+        books = {r["book"] for r in reference if r["_malformed"] is None}
+        assert "NO-BOOK" in books
+        lacking = [
+            r for r in reference if r["_malformed"] is None and '"currency"' not in r["_raw"]
+        ]
+        assert lacking and all(r["currency"] is None for r in lacking)
     for got, want in zip(jvm, reference, strict=True):
         assert got.asDict() == want.asDict(), want["_raw"]

@@ -187,6 +187,20 @@ def _cmd_maintain(args: argparse.Namespace) -> int:
     return run_request(MaintainRequest(args.flow))
 
 
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from streamshift.spec.requests import PlanRequest
+
+    known_flow(args.flow)
+    return run_request(PlanRequest(args.flow))
+
+
+def _cmd_evolve(args: argparse.Namespace) -> int:
+    from streamshift.spec.requests import EvolveRequest
+
+    known_flow(args.flow)
+    return run_request(EvolveRequest(args.flow))
+
+
 def add_commands(sub: Any) -> None:
     """The group's subcommands, in the order ``--help`` lists them."""
     p = sub.add_parser(
@@ -194,7 +208,8 @@ def add_commands(sub: Any) -> None:
         help="run one typed job request given as JSON (what the DAGs' tasks pass, and "
         "spark_jobs/run.py on a cluster)",
         description="Run a job request (streamshift.spec.requests): a JSON object with its "
-        '"kind" (eod, reconcile, close, promote, redrive, replay, quality, maintain) and its '
+        '"kind" (eod, reconcile, close, promote, redrive, replay, quality, maintain, plan, '
+        "evolve) and its "
         "fields, e.g. "
         '{"kind": "eod", "flow": "<flow>", "business_date": "2026-11-20", "file": "f.csv"}. '
         "The same checks and job as the command of that name.",
@@ -358,3 +373,32 @@ def add_commands(sub: Any) -> None:
     )
     p.add_argument("--flow", required=True)
     p.set_defaults(handler=_cmd_maintain)
+
+    p = sub.add_parser(
+        "plan",
+        help="say what changed in a flow's code since its tables' recorded version, and "
+        "what each change needs (exit 1 when a change is breaking)",
+        description="Compare the flow's code on disk with the version each layer's tables "
+        "were written by (control/flow_versions): columns and types, key and version "
+        "columns, optional columns, reference schemas, and the analysed plans of its rules, "
+        "prepare and views. Each change says what it needs: in place (an optional column "
+        "added, a type widened: the next job applies it), applies to new changes (a rule, "
+        "prepare), the view recomputed for every date, or breaking (a dropped or renamed "
+        "column, a narrowed type, a changed key: refused). Nothing is written. Exit 0 when "
+        "there is nothing to do or the plan can be applied, 1 when it is breaking. See "
+        "docs/flows.md, 'Changing a flow'.",
+    )
+    p.add_argument("--flow", required=True)
+    p.set_defaults(handler=_cmd_plan)
+
+    p = sub.add_parser(
+        "evolve",
+        help="apply a flow's plan to both layers and record the new version",
+        description="Apply what `streamshift plan` says to both layers: alter the tables "
+        "(optional columns added, types widened), recompute every date of each changed view "
+        "from current state, record the new version. Until then loads, corrections and the "
+        "stream refuse to write under the changed code. A killed run is repaired by running "
+        "it again. A breaking plan is refused with nothing changed.",
+    )
+    p.add_argument("--flow", required=True)
+    p.set_defaults(handler=_cmd_evolve)

@@ -28,8 +28,10 @@ from streamshift.spec.registry import get_flow
 from streamshift.spec.requests import (
     CloseRequest,
     EodRequest,
+    EvolveRequest,
     JobRequest,
     MaintainRequest,
+    PlanRequest,
     PromoteRequest,
     QualityRequest,
     ReconcileRequest,
@@ -188,6 +190,17 @@ def breaks_verdict(done: JobDone) -> None:
         raise BreaksFound(f"{done.describe()}\nbreaks found and --fail-on-breaks was given")
 
 
+class BreakingChange(StreamshiftError):
+    """``plan`` found a change that is refused (exit 1)."""
+
+    final = True
+
+
+def plan_verdict(done: JobDone) -> None:
+    if done.result.breaking:
+        raise BreakingChange(done.describe())
+
+
 def quality_verdict(done: JobDone) -> None:
     if done.result.failures:
         raise QualityFailed(done.result.failure_line(), done)
@@ -213,6 +226,10 @@ JOBS: dict[type[JobRequest], Job] = {
         check_quality, "streamshift.engine.jobs.quality:run", verdict=quality_verdict
     ),
     MaintainRequest: Job(nothing_to_check, "streamshift.engine.jobs.maintain:run"),
+    PlanRequest: Job(
+        nothing_to_check, "streamshift.engine.jobs.evolve:run_plan", verdict=plan_verdict
+    ),
+    EvolveRequest: Job(nothing_to_check, "streamshift.engine.jobs.evolve:run_evolve"),
 }
 
 

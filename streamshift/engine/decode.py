@@ -25,6 +25,7 @@ from streamshift.spec.contract import (
     SOURCE_HEADER,
     SOURCE_REF,
     SOURCE_REF_HEADER,
+    UNKNOWN_FIELDS,
 )
 from streamshift.spec.flow import Flow
 from streamshift.store.events import (
@@ -32,6 +33,7 @@ from streamshift.store.events import (
     JSON_INVALID,
     JSON_MISSING_FIELD,
     JSON_NOT_OBJECT,
+    JSON_UNKNOWN_FIELD,
     JSON_WRONG_TYPE,
     KAFKA_KEY,
     KAFKA_SOURCE,
@@ -66,7 +68,9 @@ JVM_CLASS = "dev.streamshift.DecodeJson"  # jvm/udf, built by `streamshift setup
 def _spec(flow: Flow) -> str:
     """The flow's fields and the JSON types each accepts, as the JVM decoder reads them."""
     return ";".join(
-        f"{f.name}={'|'.join(_accepted_json_types(f.dataType))}" for f in flow.schema.fields
+        f"{'?' if f.name in flow.optional else ''}{f.name}="
+        f"{'|'.join(_accepted_json_types(f.dataType))}"
+        for f in flow.schema.fields
     )
 
 
@@ -91,6 +95,8 @@ def _jvm_fields(flow: Flow, staged: DataFrame) -> DataFrame:
         F.col("_parts")[1].alias("_missing"),
         F.col("_parts")[2].alias("_wrong"),
         *[F.col("_parts")[3 + i].alias(f"_s_{c}") for i, c in enumerate(flow.columns)],
+        F.col("_parts")[3 + len(flow.columns)].alias("_absent"),
+        F.col("_parts")[4 + len(flow.columns)].alias("_unknown"),
     )
 
 
@@ -115,7 +121,13 @@ def _expression_fields(flow: Flow, staged: DataFrame) -> DataFrame:
             *[_base_type(F.schema_of_variant(f"_v_{c}")).alias(f"_t_{c}") for c in flow.columns],
         )
     )
-    missing = [F.when(F.col(f"_v_{c}").isNull(), F.lit(c)) for c in flow.columns]
+    required = [c for c in flow.columns if c not in flow.optional]
+    missing = [F.when(F.col(f"_v_{c}").isNull(), F.lit(c)) for c in required]
+    absent = [F.when(F.col(f"_v_{c}").isNull(), F.lit(c)) for c in flow.optional]
+    keys = F.array_except(
+        F.array_sort(F.json_object_keys("_text")),
+        F.array(*[F.lit(c) for c in flow.columns]),
+    )
     wrong = [
         F.when(
             ~F.col(f"_t_{f.name}").isin(*_accepted_json_types(f.dataType)),
@@ -124,8 +136,10 @@ def _expression_fields(flow: Flow, staged: DataFrame) -> DataFrame:
         for f in flow.schema.fields
     ]
 
-    def joined(cols: list[Column]) -> Column:
-        return F.array_join(F.filter(F.array(*cols), lambda x: x.isNotNull()), ", ")
+    def joined(cols: list[Column], by: str = ", ") -> Column:
+        if not cols:
+            return F.lit("")
+        return F.array_join(F.filter(F.array(*cols), lambda x: x.isNotNull()), by)
 
     return typed.select(
         *staged.columns,
@@ -133,6 +147,8 @@ def _expression_fields(flow: Flow, staged: DataFrame) -> DataFrame:
         joined(missing).alias("_missing"),
         joined(wrong).alias("_wrong"),
         *[F.try_variant_get(f"_v_{c}", "$", "string").alias(f"_s_{c}") for c in flow.columns],
+        joined(absent, ",").alias("_absent"),
+        F.when(F.col("_top") == F.lit("OBJECT"), F.array_join(keys, ", ")).alias("_unknown"),
     )
 
 
@@ -145,11 +161,14 @@ def _header(name: str, present: bool) -> Column:
     return F.when(F.size(found) > 0, found[0]["value"].cast("string"))
 
 
-def decode(flow: Flow, *, reference: bool = False) -> callable:  # type: ignore[valid-type]
+def decode(flow: Flow, *, reference: bool = False, refuse_unknown: bool = False) -> callable:  # type: ignore[valid-type]
     """Kafka rows (key, value, topic, partition, offset) → the write path's raw changes.
 
     The JSON checks run in the JVM decoder (``_jvm_fields``); ``reference=True`` runs them as
-    Spark expressions instead (``_expression_fields``), which give the same rows, slower."""
+    Spark expressions instead (``_expression_fields``), which give the same rows, slower. An
+    optional field a message lacks takes the flow's default; a field the flow does not declare
+    is named in ``_unknown_fields`` and ignored, or with ``refuse_unknown`` the message is
+    quarantined under ``json_unknown_field``."""
 
     def transform(kafka: DataFrame) -> DataFrame:
         value = F.col("value")
@@ -168,11 +187,14 @@ def decode(flow: Flow, *, reference: bool = False) -> callable:  # type: ignore[
         )
         fields = (_expression_fields if reference else _jvm_fields)(flow, staged)
         top = F.col("_top")
+        unknown = F.length("_unknown") > 0
+        refused = F.lit(refuse_unknown) & unknown
         rule = (
             F.when(top.isNull(), F.lit(JSON_INVALID))
             .when(top != F.lit("OBJECT"), F.lit(JSON_NOT_OBJECT))
             .when(F.length("_missing") > 0, F.lit(JSON_MISSING_FIELD))
             .when(F.length("_wrong") > 0, F.lit(JSON_WRONG_TYPE))
+            .when(refused, F.lit(JSON_UNKNOWN_FIELD))
         )
         detail = (
             F.when(F.col("_text").isNull() & value.isNotNull(), F.lit("value is not valid UTF-8"))
@@ -180,15 +202,24 @@ def decode(flow: Flow, *, reference: bool = False) -> callable:  # type: ignore[
             .when(top.isNull(), F.lit("value is not valid JSON"))
             .when(top != F.lit("OBJECT"), F.concat(F.lit("value is a JSON "), top))
             .when(F.length("_missing") > 0, F.concat(F.lit("missing fields: "), F.col("_missing")))
-            .otherwise(F.concat(F.lit("wrong JSON types: "), F.col("_wrong")))
+            .when(F.length("_wrong") > 0, F.concat(F.lit("wrong JSON types: "), F.col("_wrong")))
+            .otherwise(F.concat(F.lit("fields the flow does not declare: "), F.col("_unknown")))
         )
         with_rule = fields.select("*", rule.alias(MALFORMED))
         decodable = F.col(MALFORMED).isNull()
         offset = F.concat_ws(
             ":", "topic", F.col("partition").cast("string"), F.col("offset").cast("string")
         )
+
+        def value_of(column: str) -> Column:
+            text = F.col(f"_s_{column}")
+            if column not in flow.optional or flow.default_text(column) is None:
+                return text
+            absent = F.array_contains(F.split(F.col("_absent"), ","), F.lit(column))
+            return F.when(absent, F.lit(flow.default_text(column))).otherwise(text)
+
         return with_rule.select(
-            *[F.when(decodable, F.col(f"_s_{c}")).alias(c) for c in flow.columns],
+            *[F.when(decodable, value_of(c)).alias(c) for c in flow.columns],
             F.coalesce(F.col("_h_source_ref"), offset).alias(SOURCE_REF),
             offset.alias(LOG_REF),
             F.coalesce(F.col("_text"), F.concat(F.lit("base64:"), F.base64(value))).alias(RAW),
@@ -198,6 +229,7 @@ def decode(flow: Flow, *, reference: bool = False) -> callable:  # type: ignore[
             F.col("key").alias(KAFKA_KEY),
             value.alias(KAFKA_VALUE),
             F.col("timestamp").alias(KAFKA_TS),
+            F.when(unknown, F.col("_unknown")).alias(UNKNOWN_FIELDS),
         )
 
     return transform

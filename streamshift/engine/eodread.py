@@ -14,7 +14,7 @@ import os
 from decimal import Decimal
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType
 
@@ -78,11 +78,14 @@ def read_eod_file(spark: SparkSession, path: Path, flow: Flow, layout: FileLayou
     )
     wrong_count, open_quote = F.col("_wrong_count"), F.col("_open")
     unreadable = wrong_count | open_quote
+
+    def field(column: str) -> Column:
+        if column in layout.absent:  # an optional column the file predates: its default
+            return F.lit(flow.default_text(column)).cast("string")
+        return F.col(f"r.`{column}`")
+
     return rows.select(
-        *[
-            F.when(unreadable, F.lit(None)).otherwise(F.col(f"r.`{c}`")).alias(c)
-            for c in flow.columns
-        ],
+        *[F.when(unreadable, F.lit(None)).otherwise(field(c)).alias(c) for c in flow.columns],
         F.col(SOURCE_REF),
         F.col(RAW),
         F.when(open_quote, F.lit(QUOTED_LINE_BREAK_RULE))

@@ -85,6 +85,16 @@ REDRIVES_SCHEMA = (
     "outcome STRING, rules STRING, redriven_at TIMESTAMP, redriven_by STRING"
 )
 
+# The flow code each layer's tables are written by, one row per version recorded (a version is
+# recorded again, same number, when the flow's files changed but not what the code does):
+# ``fingerprint`` digests ``components`` (JSON: streamshift.control.plan), ``files`` digests the
+# flow's source files (the JVM-free check before each job), ``how`` says what recorded it.
+FLOW_VERSIONS_SCHEMA = (
+    "flow STRING, layer STRING, version INT, fingerprint STRING, components STRING, "
+    "files STRING, spark_version STRING, how STRING, changes STRING, deployed_by STRING, "
+    "deployed_at TIMESTAMP"
+)
+
 
 class UnknownLayerError(StreamshiftError):
     final = True
@@ -189,6 +199,11 @@ class ControlTables:
     def redrives(self) -> str:
         """What each re-drive of a quarantined row did (``REDRIVES_SCHEMA``)."""
         return self._path("redrives")
+
+    @property
+    def flow_versions(self) -> str:
+        """The flow code each layer was written by (``FLOW_VERSIONS_SCHEMA``)."""
+        return self._path("flow_versions")
 
     @property
     def quality_runs(self) -> str:

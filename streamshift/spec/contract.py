@@ -14,6 +14,9 @@ MALFORMED = "_malformed"  # optional: a rule name when the reader could not spli
 FAILED = "_failed_rules"  # set by the write path's validation
 IS_DELETED = "is_deleted"  # stored: the row is a retraction of its key
 APPLIED_AT = "_applied_at"  # stored: when the write path applied the version
+# Optional: the names of fields a change held that the flow does not declare (counted, not
+# stored).
+UNKNOWN_FIELDS = "_unknown_fields"
 # Kafka headers a producer of changes sets to say where they come from (an EOD correction
 # produced to the topic keeps its file:line): the stream stores them as SOURCE and SOURCE_REF.
 SOURCE_HEADER = "streamshift.source"

@@ -191,6 +191,34 @@ class Flow:
     completeness: Completeness = Completeness()
     # When a day closes without an EOD file (stage kappa).
     cut_off: CutOff = CutOff()
+    # Columns optional in input, with the value a file or event that lacks one loads as
+    # (Avro's backward compatibility): a column added to a running flow is declared here, so
+    # files and events from before the change still load (docs/flows.md, "Changing a flow").
+    optional: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        known = set(self.columns)
+        unknown = [c for c in self.optional if c not in known]
+        if unknown:
+            raise ValueError(f"flow {self.name}: optional columns {unknown} are not in its schema")
+        fixed = {self.key, self.version, self.business_date, self.event_time}
+        required = sorted(fixed & set(self.optional))
+        if required:
+            raise ValueError(
+                f"flow {self.name}: {required} cannot be optional (the key, version, "
+                "event-time and business-date columns are always given)"
+            )
+
+    def default_text(self, column: str) -> str | None:
+        """An optional column's default as input text (what a file's field would hold)."""
+        value = self.optional[column]
+        if value is None:
+            return None
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, dt.date):
+            return value.isoformat()
+        return str(value)
 
     @property
     def columns(self) -> list[str]:

@@ -181,3 +181,21 @@ class MaintainRequest(JobRequest):
     kind: ClassVar[str] = "maintain"
     needs_jvm: ClassVar[bool] = True
     flow: str
+
+
+@dataclass(frozen=True)
+class PlanRequest(JobRequest):
+    """What changed in the flow's code since each layer's recorded version, and what each
+    change needs (``streamshift plan``): nothing is written."""
+
+    kind: ClassVar[str] = "plan"
+    flow: str
+
+
+@dataclass(frozen=True)
+class EvolveRequest(JobRequest):
+    """Apply the flow's plan to both layers and record the new version (``streamshift
+    evolve``)."""
+
+    kind: ClassVar[str] = "evolve"
+    flow: str

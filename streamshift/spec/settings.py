@@ -184,6 +184,12 @@ class Settings:
         "a file of a flow with neither a done-marker nor a trailer is complete once its size "
         "and modification time stayed the same this long",
     )
+    unknown_fields: str = _setting(
+        "ignore",
+        _one_of("ignore", "refuse"),
+        "a file column or event field the flow does not declare: counted and ignored "
+        "(ignore), or the file refused and the event quarantined (refuse)",
+    )
     kafka_topic_partitions: int = _setting(3, _positive_int, "partitions of created topics")
     kafka_replication_factor: int = _setting(1, _positive_int, "replication of created topics")
     kafka_retention_ms: int = _setting(

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.flow import Completeness, Flow
+from streamshift.spec.settings import load_settings
 
 _DELIMITERS = {";": "semicolon", "\t": "tab", "|": "pipe"}
 
@@ -55,6 +56,10 @@ class FileLayout:
     header: list[str]
     data_lines: int  # lines after the header, blank ones (and a trailer) included
     trailer: Trailer | None = None
+    # Header columns the flow does not declare (ignored), and optional columns the header lacks
+    # (each loads as its default).
+    unknown: tuple[str, ...] = ()
+    absent: tuple[str, ...] = ()
 
 
 def _count_lines(path: Path) -> tuple[int, bytes]:
@@ -91,11 +96,20 @@ def check_file(path: Path, flow: Flow, *, whole_day: bool) -> FileLayout:
                     f"wrong delimiter: the header is split by {name} ({delimiter!r}), "
                     "expected commas",
                 )
-    missing = [c for c in flow.columns if c not in header]
+    missing = [c for c in flow.columns if c not in header and c not in flow.optional]
     if missing:
         raise BadFileError(
             path, 1, f"missing columns {', '.join(missing)}; the header has {', '.join(header)}"
         )
+    unknown = tuple(h for h in header if h not in flow.columns)
+    if unknown and load_settings().unknown_fields == "refuse":
+        raise BadFileError(
+            path,
+            1,
+            f"columns the flow {flow.name} does not declare: {', '.join(unknown)}; add them to "
+            "the flow (as optional columns) or set STREAMSHIFT_UNKNOWN_FIELDS=ignore",
+        )
+    absent = tuple(c for c in flow.columns if c not in header)
     n_lines, unterminated_tail = _count_lines(path)
     trailer = _trailer(path, flow.completeness, n_lines) if flow.completeness.trailer else None
     if trailer is not None:
@@ -112,7 +126,7 @@ def check_file(path: Path, flow: Flow, *, whole_day: bool) -> FileLayout:
     data_rows = n_lines - 1 - (trailer is not None)
     if data_rows <= 0 and whole_day:
         raise BadFileError(path, None, "no data rows; a replacement file must hold the whole day")
-    return FileLayout(header=header, data_lines=n_lines - 1, trailer=trailer)
+    return FileLayout(header, n_lines - 1, trailer, unknown, absent)
 
 
 def _last_line(path: Path) -> str:

@@ -38,7 +38,15 @@ JSON_INVALID = "json_invalid"
 JSON_NOT_OBJECT = "json_not_object"
 JSON_MISSING_FIELD = "json_missing_field"
 JSON_WRONG_TYPE = "json_wrong_type"
-UNDECODABLE_RULES = (JSON_INVALID, JSON_NOT_OBJECT, JSON_MISSING_FIELD, JSON_WRONG_TYPE)
+# A field the flow does not declare, with the setting unknown_fields = refuse.
+JSON_UNKNOWN_FIELD = "json_unknown_field"
+UNDECODABLE_RULES = (
+    JSON_INVALID,
+    JSON_NOT_OBJECT,
+    JSON_MISSING_FIELD,
+    JSON_WRONG_TYPE,
+    JSON_UNKNOWN_FIELD,
+)
 
 _INTEGER = re.compile(r"[+-]?\d+")
 # Schema types by name (``DataType.typeName()``), so producing imports no pyspark.

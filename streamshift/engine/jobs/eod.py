@@ -127,6 +127,8 @@ def _load(
     result = apply_changes(
         flow, rows, source, target, batch_id=f"eod:{file}", closing_date=business_date
     )
+    if layout.unknown:  # every row of the file has the header's undeclared columns
+        result.unknown_rows, result.unknown_fields = result.received, layout.unknown
     if run is None or not _recorded_since(target, business_date, file, mode, run.started_at):
         _record_run(spark, target, business_date, file, mode, result)
     if run is not None:

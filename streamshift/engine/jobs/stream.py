@@ -31,6 +31,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from streamshift.engine.decode import decode
 from streamshift.engine.write.apply import ApplyResult, apply_changes
+from streamshift.engine.versions import FlowChangedError, still_deployed
 from streamshift.engine.write.target import Target, read
 from streamshift.spec.contract import MALFORMED, SOURCE_REF
 from streamshift.spec.errors import StreamshiftError
@@ -136,6 +137,8 @@ class StreamTotals:
     rejected: int = 0
     late: int = 0
     dead_lettered: int = 0
+    unknown_rows: int = 0
+    unknown_fields: set[str] = field(default_factory=set)
     last: dict[int, ApplyResult] = field(default_factory=dict)
     # Data-quality samples of every Nth batch (STREAMSHIFT_STREAM_QUALITY_EVERY), by batch id.
     sampled: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -147,6 +150,8 @@ class StreamTotals:
         self.rejected += result.rejected
         self.late += result.late
         self.dead_lettered += dead
+        self.unknown_rows += result.unknown_rows
+        self.unknown_fields.update(result.unknown_fields)
         self.last[batch_id] = result  # read by the progress listener, which runs behind
         for old in sorted(self.last)[:-50]:
             del self.last[old]
@@ -156,6 +161,12 @@ class StreamTotals:
             f"{self.batches} batches, {self.received} events: {self.accepted} accepted, "
             f"{self.rejected} quarantined ({self.dead_lettered} to the dead-letter topic), "
             f"{self.late} late"
+            + (
+                f"; {self.unknown_rows} held fields the flow does not declare "
+                f"({', '.join(sorted(self.unknown_fields))}): ignored"
+                if self.unknown_rows
+                else ""
+            )
         )
 
 
@@ -166,6 +177,7 @@ class GracefulStop:
         self.requested = threading.Event()
         self._idle = threading.Condition()
         self._in_flight = 0
+        self.version_moved = False  # stopped because the flow's recorded version changed
 
     def enter(self) -> None:
         with self._idle:
@@ -200,6 +212,12 @@ def batch_writer(
     """
 
     def write(batch: DataFrame, batch_id: int) -> None:
+        if not still_deployed(target):
+            # Another job recorded a new version of the flow (evolve, or a change applied in
+            # place): this process runs the code it imported. The batch is not committed; the
+            # process stops and is started again (the supervisor does) on the code on disk.
+            stop.version_moved = True
+            stop.requested.set()
         stop.enter()
         # Spark runs a query's jobs under its run id as the job group: the jobs this call adds
         # to the group are the micro-batch's (reported per batch in the progress log).
@@ -211,7 +229,9 @@ def batch_writer(
             # the decoded messages, costs a large batch time: bench/stream_throughput.py). Only
             # undecodable messages keep their Kafka key, value and time, for the dead-letter
             # topic, which gets them from the apply's frame before quarantine records them.
-            decoded = batch.transform(decode(flow))
+            decoded = batch.transform(
+                decode(flow, refuse_unknown=settings.unknown_fields == "refuse")
+            )
             undecodable = F.col(MALFORMED).isNotNull()
             changes = decoded.withColumns(
                 {c: F.when(undecodable, F.col(c)) for c in (KAFKA_KEY, KAFKA_VALUE, KAFKA_TS)}
@@ -353,6 +373,8 @@ class ProgressRecorder(StreamingQueryListener):
             "accepted": result.accepted if result else None,
             "rejected": result.rejected if result else None,
             "late": result.late if result else None,
+            "unknown_rows": result.unknown_rows if result else None,
+            "unknown_fields": list(result.unknown_fields) if result else None,
             "quality": self.totals.sampled.get(p.batchId),
         }
         heartbeat.append_progress(self.log_path, record)
@@ -488,6 +510,12 @@ def run_stream(
                 flush=True,
             )
         _wait(query, stop)
+        if stop.version_moved:
+            raise FlowChangedError(
+                f"{name}: the flow's recorded version changed while it ran (streamshift "
+                "evolve, or a change applied in place); stopped before its next batch, "
+                "restart it to run the code on disk (it resumes from its checkpoint)"
+            )
         error = query.exception()
         if error is not None and not stop.requested.is_set():
             raise StreamError(

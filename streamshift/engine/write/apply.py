@@ -71,6 +71,7 @@ from streamshift.spec.contract import (
     RAW,
     SOURCE,
     SOURCE_REF,
+    UNKNOWN_FIELDS,
 )
 from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.flow import Flow, Reference
@@ -112,12 +113,23 @@ class ApplyResult:
     # What the views were recomputed from: "table" (current state as stored), "batch" (a new
     # day's rows, held in memory), or "batch, then table" (another writer committed meanwhile).
     views_from: str | None = None
+    # Rows that held fields (file columns, event fields) the flow does not declare, and their
+    # names: ignored (the setting unknown_fields = refuse quarantines such events instead).
+    unknown_rows: int = 0
+    unknown_fields: tuple[str, ...] = ()
 
     def describe(self) -> str:
         groups = ", ".join(f"{v} {k} groups" for k, v in self.touched_groups.items())
+        unknown = (
+            f"; {self.unknown_rows} rows held fields the flow does not declare "
+            f"({', '.join(self.unknown_fields)}): ignored"
+            if self.unknown_rows
+            else ""
+        )
         return (
             f"{self.received} rows: {self.accepted} accepted, {self.rejected} quarantined, "
-            f"{self.applied} applied to current state, {self.late} late; recomputed {groups or 'no groups'}"
+            f"{self.applied} applied to current state, {self.late} late; recomputed "
+            f"{groups or 'no groups'}{unknown}"
         )
 
 
@@ -245,6 +257,11 @@ def _apply_once(
         # each) and the range they span.
         first, key = F.col(FIRST_VERSION), F.col(flow.key)
         rule = F.try_element_at(F.col(FAILED), F.lit(1))
+        unknown = (
+            [F.count(UNKNOWN_FIELDS).alias("unknown"), F.collect_set(UNKNOWN_FIELDS).alias("names")]
+            if UNKNOWN_FIELDS in checked.columns
+            else []
+        )
         counts = (
             checked.groupBy(
                 rule.alias("rule"),
@@ -258,11 +275,16 @@ def _apply_once(
                 F.count_if(~first).alias("repeats"),
                 F.min(F.when(first, key)).alias("low"),
                 F.max(F.when(first, key)).alias("high"),
+                *unknown,
             )
             .collect()
         )
         by_group: list[Row] = []
+        names: set[str] = set()
         for row in counts:
+            if unknown and row["unknown"]:
+                result.unknown_rows += row["unknown"]
+                names.update(n for joined in row["names"] for n in joined.split(", "))
             result.received += row["count"]
             if row["rule"] is None:
                 result.accepted += row["count"]
@@ -273,6 +295,7 @@ def _apply_once(
                     result.rejected_by_rule.get(row["rule"], 0) + row["count"]
                 )
                 result.rejected += row["count"]
+        result.unknown_fields = tuple(sorted(names))
         timer.lap("validate")
         while attempts.before_writes:
             name, call = attempts.before_writes.pop()

@@ -116,8 +116,20 @@ def _newest_first(flow: Flow) -> tuple[Column, ...]:
 
 
 def content_hash(flow: Flow) -> Column:
-    """A version's content: its parsed columns (where it came from excluded)."""
-    return F.xxhash64(*[F.col(c) for c in flow.columns])
+    """A version's content: its parsed columns (where it came from excluded).
+
+    The hash skips nulls, so a column added to the flow leaves every stored version's hash as
+    it was; an optional column at its default hashes as null too, so a file from before the
+    column was added, sent again, is the same version, not a conflict."""
+    types = {f.name: f.dataType for f in flow.schema.fields}
+
+    def part(column: str) -> Column:
+        if flow.optional.get(column) is None:
+            return F.col(column)
+        default = F.lit(flow.default_text(column)).cast(types[column])
+        return F.when(~F.col(column).eqNullSafe(default), F.col(column))
+
+    return F.xxhash64(*[part(c) for c in flow.columns])
 
 
 def latest_per_key(flow: Flow, df: DataFrame) -> DataFrame:

@@ -3,6 +3,7 @@ package dev.streamshift;
 import java.math.BigDecimal;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Collections;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
@@ -24,11 +25,13 @@ import org.apache.spark.types.variant.VariantBuilder;
  * {@code try_variant_get(v, '$', 'string')} gives) are Spark's, not a second parser's.
  *
  * <p>Arguments: the message as text (null when it is not UTF-8 or empty), and the flow's
- * fields as {@code name=TYPE|TYPE;name=TYPE...} (the JSON types each accepts). Result, an
- * array: [0] the document's type (OBJECT, ARRAY, STRING, BIGINT, DECIMAL, DOUBLE, BOOLEAN,
- * VOID; null when the text is not JSON), [1] the missing fields joined by ", ", [2] the fields
- * of a wrong type as "name is TYPE" joined by ", ", then each field's value as text (null for a
- * JSON null or a missing field).
+ * fields as {@code name=TYPE|TYPE;?name=TYPE...} (the JSON types each accepts; {@code ?}: an
+ * optional field, which may be missing). Result, an array: [0] the document's type (OBJECT,
+ * ARRAY, STRING, BIGINT, DECIMAL, DOUBLE, BOOLEAN, VOID; null when the text is not JSON), [1]
+ * the missing required fields joined by ", ", [2] the fields of a wrong type as "name is TYPE"
+ * joined by ", ", then each field's value as text (null for a JSON null or a missing field),
+ * then the missing optional fields joined by "," and the document's fields the spec does not
+ * name joined by ", ".
  */
 public final class DecodeJson implements UDF2<String, String, String[]> {
   private static final long serialVersionUID = 1L;
@@ -36,14 +39,19 @@ public final class DecodeJson implements UDF2<String, String, String[]> {
 
   private static final class Spec {
     final String[] names;
+    final boolean[] optional;
+    final Set<String> known = new HashSet<>();
     final List<Set<String>> accepted = new ArrayList<>();
 
     Spec(String text) {
       String[] fields = text.split(";");
       names = new String[fields.length];
+      optional = new boolean[fields.length];
       for (int i = 0; i < fields.length; i++) {
         int eq = fields[i].indexOf('=');
-        names[i] = fields[i].substring(0, eq);
+        optional[i] = fields[i].startsWith("?");
+        names[i] = fields[i].substring(optional[i] ? 1 : 0, eq);
+        known.add(names[i]);
         accepted.add(new HashSet<>(Arrays.asList(fields[i].substring(eq + 1).split("\\|"))));
       }
     }
@@ -87,7 +95,7 @@ public final class DecodeJson implements UDF2<String, String, String[]> {
   public String[] call(String json, String specText) {
     Spec spec = SPECS.computeIfAbsent(specText, Spec::new);
     int n = spec.names.length;
-    String[] out = new String[3 + n];
+    String[] out = new String[5 + n];
     if (json == null) return out;
     Variant doc;
     try {
@@ -100,8 +108,13 @@ public final class DecodeJson implements UDF2<String, String, String[]> {
     if (!"OBJECT".equals(top)) return out;
     StringBuilder missing = null;
     StringBuilder wrong = null;
+    StringBuilder absent = null;
     for (int i = 0; i < n; i++) {
       Variant field = doc.getFieldByKey(spec.names[i]);
+      if (field == null && spec.optional[i]) {
+        absent = (absent == null ? new StringBuilder() : absent.append(",")).append(spec.names[i]);
+        continue;
+      }
       if (field == null) {
         missing = (missing == null ? new StringBuilder() : missing.append(", ")).append(spec.names[i]);
         continue;
@@ -114,8 +127,16 @@ public final class DecodeJson implements UDF2<String, String, String[]> {
       }
       out[3 + i] = text(field);
     }
+    List<String> unknown = new ArrayList<>();
+    for (int i = 0, size = doc.objectSize(); i < size; i++) {
+      String key = doc.getFieldAtIndex(i).key;
+      if (!spec.known.contains(key)) unknown.add(key);
+    }
+    Collections.sort(unknown);
     out[1] = missing == null ? "" : missing.toString();
     out[2] = wrong == null ? "" : wrong.toString();
+    out[3 + n] = absent == null ? "" : absent.toString();
+    out[4 + n] = String.join(", ", unknown);
     return out;
   }
 }

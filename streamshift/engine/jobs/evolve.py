@@ -1,0 +1,38 @@
+"""The ``plan`` and ``evolve`` jobs: a flow's change, said and applied
+(:mod:`streamshift.engine.versions`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from streamshift.control.plan import Plan
+from streamshift.engine.versions import EvolveResult, evolve, plan
+from streamshift.spec.catalog import LAYERS
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from streamshift.control.jobs import JobContext
+    from streamshift.spec.requests import EvolveRequest, PlanRequest
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    plans: tuple[Plan, ...]
+
+    @property
+    def breaking(self) -> bool:
+        return any(p.breaking for p in self.plans)
+
+    def describe(self) -> str:
+        return "\n".join(p.describe() for p in self.plans)
+
+
+def run_plan(spark: SparkSession, context: JobContext, request: PlanRequest) -> PlanResult:
+    warehouse = context.settings.warehouse
+    return PlanResult(tuple(plan(spark, warehouse, context.flow, layer) for layer in LAYERS))
+
+
+def run_evolve(spark: SparkSession, context: JobContext, request: EvolveRequest) -> EvolveResult:
+    return evolve(spark, context.settings, context.flow)

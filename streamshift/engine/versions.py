@@ -1,0 +1,453 @@
+"""The version of a flow its tables are written by: fingerprinted from what the code does,
+recorded per layer in ``control/flow_versions``, checked before every write.
+
+A flow's *components* are its declared shape (columns and types, key, version, event-time and
+business-date columns, optional columns' defaults, reference tables' schemas) and a digest of
+the analysed plan of each rule, of ``deleted``, of ``prepare`` and of each view, each built on
+empty frames (empty reference tables, not the loaded ones), with expression ids and the leaf
+relations stripped: what the code does, not its text (a lambda's source misses the helpers it
+calls; bytecode depends on the Python version). The fingerprint digests them.
+
+Every writing job (``Target.create_tables``) checks its code against the recorded version. The
+fast path needs no Spark: the flow's files hash as they did when the version was recorded.
+Otherwise the components are built and compared (:mod:`streamshift.control.plan`): the same
+code is recorded again under its new files; a change that is in place only (an optional column
+added, a type widened) is applied by the job itself, to both layers, and recorded as the next
+version; anything else is refused until ``streamshift evolve`` applies it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+import re
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from streamshift.control import plan as plans
+from streamshift.engine.write.target import (
+    delta_log_version,
+    empty_reference,
+    ensure_table,
+    is_table,
+    read,
+    state_schema,
+    view_schema,
+)
+from streamshift.engine.write.transforms import parse, raw_schema
+from streamshift.spec.catalog import FLOW_VERSIONS_SCHEMA, LAYERS, ControlTables, LayerTables
+from streamshift.spec.contract import IS_DELETED, SOURCE
+from streamshift.spec.errors import StreamshiftError
+from streamshift.spec.flow import Flow
+from streamshift.spec.sqltext import delta_path, identifier
+from streamshift.store import versions as records
+from streamshift.store.processes import os_user
+
+if TYPE_CHECKING:
+    from streamshift.engine.write.target import Target
+    from streamshift.spec.settings import Settings
+
+FIRST_USE, SAME_CODE, IN_PLACE, EVOLVED = "first use", "same code, new files", "in place", "evolve"
+
+
+class FlowChangedError(StreamshiftError):
+    """The flow's code is not the version its tables were written by, and the change is more
+    than a job applies itself."""
+
+    final = True
+
+
+# ---- the fingerprint ----------------------------------------------------------------------
+_IDS = re.compile(r"#\d+")
+_LAMBDA = re.compile(r"\b([a-z])_\d+\b")  # lambda variables (x_12): numbered per JVM
+_LEAF = re.compile(r"(LogicalRDD|LocalRelation|Scan ExistingRDD|LocalTableScan)\b.*")
+_PLAN_ID = re.compile(r",?\s*\[plan_id=\d+\]")
+
+
+def analysed_plan(spark: SparkSession, frame: DataFrame) -> str:
+    """``frame``'s analysed logical plan, normalised: expression ids, lambda variable numbers
+    and the leaf relations' rows stripped (through SQL ``EXPLAIN``: Spark Connect offers it)."""
+    name = f"_streamshift_plan_{uuid.uuid4().hex[:12]}"
+    frame.createOrReplaceTempView(name)
+    try:
+        text = str(spark.sql(f"EXPLAIN EXTENDED SELECT * FROM {name}").first()[0])  # type: ignore[index]
+    finally:
+        spark.catalog.dropTempView(name)
+    analysed = text.split("== Analyzed Logical Plan ==", 1)[1]
+    analysed = analysed.split("== Optimized Logical Plan ==", 1)[0]
+    lines = analysed.strip().splitlines()[1:]  # the first is the output schema
+    # Below the temporary view's own Project / SubqueryAlias / View lines.
+    start = next(i for i, line in enumerate(lines) if f"View (`{name}`" in line) + 1
+    body = lines[start:]
+    indent = min((len(x) - len(x.lstrip(" +-:")) for x in body), default=0)
+    normal = []
+    for line in body:
+        line = _PLAN_ID.sub("", _LAMBDA.sub(r"\1_", _IDS.sub("", line[indent:])))
+        normal.append(_LEAF.sub("Relation", line.rstrip()))
+    return "\n".join(normal)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _columns(schema: StructType) -> list[list[str]]:
+    return [[f.name, f.dataType.simpleString()] for f in schema.fields]
+
+
+_COMPONENTS: dict[int, tuple[Flow, dict[str, Any]]] = {}
+
+
+def components(spark: SparkSession, flow: Flow) -> dict[str, Any]:
+    """What the flow's code declares and does (JSON-able; see the module's note)."""
+    known = _COMPONENTS.get(id(flow))
+    if known is not None and known[0] is flow:
+        return known[1]
+    empty_raw = spark.createDataFrame([], raw_schema(flow)).withColumn(SOURCE, F.lit(""))
+    parsed = spark.createDataFrame([], empty_raw.transform(parse(flow)).schema)
+    prepared = flow.prepare(parsed, empty_reference(spark, flow))
+    leaf = spark.createDataFrame([], prepared.schema)
+    state = spark.createDataFrame([], state_schema(spark, flow)).where(~F.col(IS_DELETED))
+    found: dict[str, Any] = {
+        "columns": _columns(flow.schema),
+        "schema": flow.schema.jsonValue(),
+        "key": flow.key,
+        "version": flow.version,
+        "business_date": flow.business_date,
+        "event_time": flow.event_time,
+        "optional": {c: flow.default_text(c) for c in flow.optional},
+        "reference": {r.name: r.schema for r in flow.reference},
+        "prepare": _digest(analysed_plan(spark, prepared)),
+        "deleted": _digest(analysed_plan(spark, leaf.select(flow.deleted().alias("d")))),
+        "rules": {
+            r.name: _digest(analysed_plan(spark, leaf.select(r.passes().alias("r"))))
+            for r in flow.rules
+        },
+        "state": _columns(state_schema(spark, flow)),
+        "views": {
+            v.name: {
+                "group": list(v.group_key),
+                "columns": _columns(view_schema(spark, flow, v.name)),
+                "plan": _digest(analysed_plan(spark, v.compute(state))),
+            }
+            for v in flow.views
+        },
+    }
+    _COMPONENTS[id(flow)] = (flow, found)
+    return found
+
+
+def fingerprint(found: dict[str, Any]) -> str:
+    return _digest(json.dumps(found, sort_keys=True))
+
+
+def _over_old_inputs(spark: SparkSession, flow: Flow, old: dict[str, Any]) -> dict[str, Any] | None:
+    """The new code's components over the old version's input columns (None when they are the
+    same, or when the new code cannot be built over them: then its plans changed anyway)."""
+    if old["columns"] == _columns(flow.schema):
+        return None
+    schema = StructType.fromJson(old["schema"])
+    as_before = dataclasses.replace(
+        flow,
+        schema=schema,
+        optional={c: v for c, v in flow.optional.items() if c in schema.names},
+    )
+    try:
+        return components(spark, as_before)
+    except Exception:  # noqa: BLE001 - the new logic needs the new columns: a change
+        return None
+    finally:
+        _COMPONENTS.pop(id(as_before), None)
+
+
+def plan(spark: SparkSession, warehouse: Path, flow: Flow, layer: str) -> plans.Plan:
+    """What changed in ``layer`` since its recorded version (nothing recorded: no change)."""
+    recorded = records.deployed(warehouse, flow.name, layer)
+    if recorded is None:
+        return plans.Plan(flow.name, layer, None, ())
+    old = recorded["components"]
+    new = components(spark, flow)
+    if fingerprint(new) == recorded["fingerprint"]:
+        return plans.Plan(flow.name, layer, recorded["version"], ())
+    return plans.diff(
+        flow.name, layer, recorded["version"], old, new, _over_old_inputs(spark, flow, old)
+    )
+
+
+# ---- the flow's source files ----------------------------------------------------------------
+_FILES: dict[int, tuple[Flow, str]] = {}
+
+
+def files_of(flow: Flow) -> str:
+    """The digest of the flow's source files when this process first asked (the code it runs
+    is the code it imported; files changed since are another version)."""
+    known = _FILES.get(id(flow))
+    if known is not None and known[0] is flow:
+        return known[1]
+    from streamshift.spec.registry import UnknownFlowError, flow_folder, get_flow
+
+    try:
+        folder = flow_folder(flow.name)
+        registered = get_flow(flow.name)
+    except UnknownFlowError:
+        folder, registered = None, None
+    digest = records.files_digest(folder)
+    if registered is not flow and registered is not None:
+        # A flow object made in the process (a test's variant): its code is not the files'.
+        digest = ""
+    _FILES[id(flow)] = (flow, digest)
+    return digest
+
+
+# ---- checking and recording -------------------------------------------------------------------
+# Per warehouse and flow: the flow object checked and the flow_versions commit it was checked at
+# (a stream asks before every batch: one listing of the log when nothing moved).
+_CHECKED: dict[tuple[str, str], tuple[Flow, int, str]] = {}
+
+
+def _record(
+    spark: SparkSession,
+    warehouse: Path,
+    flow: Flow,
+    found: dict[str, Any],
+    version: int,
+    how: str,
+    changes: str,
+    layers: tuple[str, ...] = LAYERS,
+) -> None:
+    """One commit: ``version`` of ``flow`` recorded for ``layers``."""
+    path = ControlTables(warehouse).flow_versions
+    ensure_table(spark, path, FLOW_VERSIONS_SCHEMA)
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    rows = [
+        (
+            flow.name,
+            layer,
+            version,
+            fingerprint(found),
+            json.dumps(found, sort_keys=True),
+            files_of(flow),
+            spark.version,
+            how,
+            changes,
+            os_user(),
+            now,
+        )
+        for layer in layers
+    ]
+    # Not through commits.append: a control record, outside the write path's fault counting.
+    spark.createDataFrame(rows, FLOW_VERSIONS_SCHEMA).write.format("delta").mode("append").save(
+        path
+    )
+
+
+def _say(message: str) -> None:
+    print(f"[streamshift] {message}", file=sys.stderr, flush=True)
+
+
+def ensure_deployed(target: Target) -> None:
+    """Refuse to write ``target``'s flow under code that is not its recorded version, unless
+    the change is in place only: then apply it to both layers and record it."""
+    spark, flow, warehouse = target.spark, target.flow, target.tables.warehouse
+    path = ControlTables(warehouse).flow_versions
+    log = delta_log_version(spark, path)
+    key = (str(warehouse), flow.name)
+    checked = _CHECKED.get(key)
+    if checked is not None and checked[0] is flow and checked[1] == log:
+        return
+    files = files_of(flow)
+    recorded = {layer: records.deployed(warehouse, flow.name, layer) for layer in LAYERS}
+    if files and all(r is not None and r["files"] == files for r in recorded.values()):
+        _CHECKED[key] = (flow, log, files)
+        return
+    found = components(spark, flow)
+    mine = fingerprint(found)
+    known = {layer: r for layer, r in recorded.items() if r is not None}
+    if not known:  # tables written before versions were recorded are brought to the code
+        apply_in_place(spark, flow, warehouse)
+        _record(spark, warehouse, flow, found, 1, FIRST_USE, "")
+    elif all(r["fingerprint"] == mine for r in known.values()) and len(known) == len(LAYERS):
+        _record(
+            spark, warehouse, flow, found, max(r["version"] for r in known.values()), SAME_CODE, ""
+        )
+    else:
+        found_plans = [plan(spark, warehouse, flow, layer) for layer in known]
+        changed = next((p for p in found_plans if p.changes), found_plans[0])
+        if not all(p.in_place for p in found_plans):
+            raise FlowChangedError(
+                f"flow {flow.name} changed since version {changed.deployed} was deployed "
+                f"({changed.summary()}): see `streamshift plan --flow {flow.name}`, then apply "
+                f"it with `streamshift evolve --flow {flow.name}`"
+            )
+        altered = apply_in_place(spark, flow, warehouse)
+        version = max(r["version"] for r in known.values()) + (1 if changed.changes else 0)
+        how = IN_PLACE if changed.changes else SAME_CODE
+        _record(spark, warehouse, flow, found, version, how, changed.summary())
+        if altered:
+            _say(f"{flow.name}: applied in place ({changed.summary()}); now version {version}")
+    _CHECKED[key] = (flow, delta_log_version(spark, path), files)
+
+
+def still_deployed(target: Target) -> bool:
+    """Whether the flow's recorded version is still the code this process runs: one listing
+    when nothing was recorded since the last check (the stream asks before every batch)."""
+    spark, flow, warehouse = target.spark, target.flow, target.tables.warehouse
+    key = (str(warehouse), flow.name)
+    checked = _CHECKED.get(key)
+    log = delta_log_version(spark, ControlTables(warehouse).flow_versions)
+    if checked is not None and checked[0] is flow and checked[1] == log:
+        return True
+    recorded = records.deployed(warehouse, flow.name, target.tables.layer)
+    if recorded is None:
+        return True
+    mine = fingerprint(components(spark, flow))
+    if recorded["fingerprint"] != mine:
+        return False
+    _CHECKED[key] = (flow, log, checked[2] if checked else "")
+    return True
+
+
+# ---- changing the tables ------------------------------------------------------------------
+def table_schema(path: str) -> StructType:
+    """A Delta table's schema from its log, without Spark."""
+    from deltalake import DeltaTable
+
+    return StructType.fromJson(json.loads(DeltaTable(path).schema().to_json()))
+
+
+def apply_in_place(spark: SparkSession, flow: Flow, warehouse: Path) -> list[str]:
+    """Add the flow's optional columns its state-shaped tables lack, and widen the types the
+    flow widened, in both layers (tables not created yet are created so); the changes made."""
+    wanted = state_schema(spark, flow)
+    done: list[str] = []
+    for layer in LAYERS:
+        tables = LayerTables(warehouse, flow, layer)
+        for path in (tables.current, tables.history, tables.redeliveries):
+            if not is_table(spark, path):
+                continue
+            actual = table_schema(path)
+            have = {f.name: f for f in actual.fields}
+            adds = [f for f in wanted.fields if f.name not in have]
+            refused = [f.name for f in adds if f.name not in flow.optional]
+            if refused:
+                raise FlowChangedError(
+                    f"{path} lacks {', '.join(refused)}, which the flow does not declare "
+                    f"optional: see `streamshift plan --flow {flow.name}`"
+                )
+            if adds:
+                columns = ", ".join(
+                    f"{identifier(f.name)} {f.dataType.simpleString()}" for f in adds
+                )
+                spark.sql(f"ALTER TABLE {delta_path(path)} ADD COLUMNS ({columns})")
+                done.append(f"{path}: added {', '.join(f.name for f in adds)}")
+            widened = [
+                f for f in wanted.fields if f.name in have and have[f.name].dataType != f.dataType
+            ]
+            if widened:
+                spark.sql(
+                    f"ALTER TABLE {delta_path(path)} "
+                    "SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')"
+                )
+            for f in widened:
+                spark.sql(
+                    f"ALTER TABLE {delta_path(path)} ALTER COLUMN {identifier(f.name)} "
+                    f"TYPE {f.dataType.simpleString()}"
+                )
+                done.append(
+                    f"{path}: {f.name} widened {have[f.name].dataType.simpleString()} → "
+                    f"{f.dataType.simpleString()}"
+                )
+    return done
+
+
+@dataclass
+class EvolveResult:
+    flow: str
+    plan: plans.Plan
+    version: int
+    altered: list[str] = field(default_factory=list)
+    recomputed: dict[str, int] = field(default_factory=dict)  # view → rows written, per layer
+
+    def describe(self) -> str:
+        if not self.plan.changes:
+            return f"{self.flow}: no change since version {self.version}; nothing to evolve"
+        lines = [f"{self.flow}: evolved to version {self.version}"]
+        lines += [f"  {c.describe()}" for c in self.plan.changes]
+        lines += [f"  {a}" for a in self.altered]
+        lines += [f"  recomputed {v}: {n} rows" for v, n in self.recomputed.items()]
+        return "\n".join(lines)
+
+
+def evolve(spark: SparkSession, settings: Settings, flow: Flow) -> EvolveResult:
+    """Apply the plan to both layers: alter the tables, recompute the views the plan names
+    from current state for every date, record the new version. Each step is idempotent, so
+    a run killed part way is repaired by running it again."""
+    warehouse = settings.warehouse
+    found_plans = {layer: plan(spark, warehouse, flow, layer) for layer in LAYERS}
+    changed = next((p for p in found_plans.values() if p.changes), found_plans["batch"])
+    recorded = [p.deployed for p in found_plans.values() if p.deployed is not None]
+    if not changed.changes:
+        return EvolveResult(flow.name, changed, max(recorded, default=1))
+    if changed.breaking:
+        raise FlowChangedError(
+            f"flow {flow.name}: the change is breaking ({changed.summary()}); nothing was "
+            "changed. Build it as a new flow, filled from history or a replay"
+        )
+    if changed.needs_reapply:
+        raise FlowChangedError(
+            f"flow {flow.name}: {changed.summary()} needs history re-applied through the new "
+            "code, which evolve does not do yet; nothing was changed"
+        )
+    result = EvolveResult(flow.name, changed, max(recorded, default=0) + 1)
+    result.altered = apply_in_place(spark, flow, warehouse)
+    views = [c.subject.removeprefix("view ") for c in changed.changes if c.needs == plans.RECOMPUTE]
+    for layer in LAYERS:
+        tables = LayerTables(warehouse, flow, layer)
+        if not is_table(spark, tables.current):
+            continue
+        live = read(spark, tables.current).where(~F.col(IS_DELETED))
+        for name in views:
+            result.recomputed[f"{name} ({layer})"] = _recompute_view(
+                spark, flow, name, live, tables.view(name)
+            )
+    _record(
+        spark, warehouse, flow, components(spark, flow), result.version, EVOLVED, changed.summary()
+    )
+    _CHECKED.pop((str(warehouse), flow.name), None)
+    return result
+
+
+def _recompute_view(spark: SparkSession, flow: Flow, name: str, live: DataFrame, path: str) -> int:
+    """The view's every group recomputed from current state, written over the table in one
+    commit (its schema too, when the view's columns changed)."""
+    view = flow.view(name)
+    values = view.compute(live).persist()
+    try:
+        count = values.count()
+        if not is_table(spark, path):
+            ensure_table(
+                spark,
+                path,
+                view_schema(spark, flow, name),
+                (flow.business_date,),
+                change_data_feed=True,
+            )
+        (
+            values.write.format("delta")
+            .mode("overwrite")
+            .option("overwriteSchema", "true")
+            .partitionBy(flow.business_date)
+            .save(path)
+        )
+        return count
+    finally:
+        values.unpersist()
