@@ -187,11 +187,16 @@ def _load_stream_and_list(cli: str, project: Path, env: dict[str, str], venv: st
     late = files / "big.csv"
     late.write_text("payment_id,version,status,business_date,paid_at,merchant,amount\n"
                     f"BIG-1,1,BOOKED,{DAY},{DAY}T12:00:00Z,ACME,450.00\n")  # fmt: skip
-    again = subprocess.run([cli, "eod", "--flow", "payments", "--date", DAY, "--file", str(late)],
-                           cwd=project, env=env, capture_output=True, text=True, timeout=600,
-                           check=False)  # fmt: skip
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "the flows changed since the engine started: loaded again" in again.stderr
+    load_late = [cli, "eod", "--flow", "payments", "--date", DAY, "--file", str(late)]
+    refused = subprocess.run(load_late, cwd=project, env=env, capture_output=True, text=True,
+                             timeout=600, check=False)  # fmt: skip
+    assert "the flows changed since the engine started: loaded again" in refused.stderr
+    # A changed rule is a new version of the flow: refused until it is evolved.
+    assert refused.returncode != 0 and "rule below_400 (added)" in refused.stderr, refused.stderr
+    planned = _run([cli, "plan", "--flow", "payments"], project, env)
+    assert "rule below_400: added → applies to new changes" in planned, planned
+    _run([cli, "evolve", "--flow", "payments"], project, env)
+    _run(load_late, project, env)
     quarantined = _run([cli, "show", "--flow", "payments", "--view", "quarantine", "--format",
                         "csv", "--limit", "0"], project, env)  # fmt: skip
     rules = [

@@ -260,8 +260,12 @@ def test_a_job_from_another_project_runs_that_projects_flows(tmp_path: Path) -> 
         "P4,1,BOOKED,2026-11-20,2026-11-20T12:00:00Z,ACME,500.00\n"
         "P5,1,BOOKED,2026-11-20,2026-11-20T13:00:00Z,ACME,2.00\n"
     )
-    again = run_cli(tmp_path, "eod", "--flow", "payments", "--date", str(DAY), "--file",
-                    str(more), env=env, cwd=project)  # fmt: skip
+    load = ["eod", "--flow", "payments", "--date", str(DAY), "--file", str(more)]
+    refused = run_cli(tmp_path, *load, env=env, cwd=project)
+    assert refused.returncode != 0 and "rule below_100 (added)" in refused.stderr, refused.stderr
+    evolved = run_cli(tmp_path, "evolve", "--flow", "payments", env=env, cwd=project)
+    assert evolved.returncode == 0, evolved.stderr
+    again = run_cli(tmp_path, *load, env=env, cwd=project)
     assert again.returncode == 0, again.stderr
     _job_process(again.stderr)
     quarantine = run_cli(tmp_path, "show", "--flow", "payments", "--view", "quarantine",

@@ -75,10 +75,15 @@ class QualityFailed(StreamshiftError):
         self.done = done
 
 
-class BreaksFound(StreamshiftError):
-    """A reconciliation asked to fail on breaks found some (``fail_on_breaks``)."""
+class Verdict(StreamshiftError):
+    """A finished job whose result is a failure: its message is the result (printed as the
+    command's output), and the command exits 1."""
 
     final = True
+
+
+class BreaksFound(Verdict):
+    """A reconciliation asked to fail on breaks found some (``fail_on_breaks``)."""
 
 
 @dataclass(frozen=True)
@@ -190,10 +195,8 @@ def breaks_verdict(done: JobDone) -> None:
         raise BreaksFound(f"{done.describe()}\nbreaks found and --fail-on-breaks was given")
 
 
-class BreakingChange(StreamshiftError):
-    """``plan`` found a change that is refused (exit 1)."""
-
-    final = True
+class BreakingChange(Verdict):
+    """``plan`` found a change that is refused."""
 
 
 def plan_verdict(done: JobDone) -> None:

@@ -34,6 +34,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from streamshift.control import plan as plans
+from streamshift.engine.write.commits import overwrite
 from streamshift.engine.write.target import (
     delta_log_version,
     empty_reference,
@@ -441,13 +442,7 @@ def _recompute_view(spark: SparkSession, flow: Flow, name: str, live: DataFrame,
                 (flow.business_date,),
                 change_data_feed=True,
             )
-        (
-            values.write.format("delta")
-            .mode("overwrite")
-            .option("overwriteSchema", "true")
-            .partitionBy(flow.business_date)
-            .save(path)
-        )
+        overwrite(values, path, (flow.business_date,))
         return count
     finally:
         values.unpersist()

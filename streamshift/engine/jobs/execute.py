@@ -14,7 +14,7 @@ import sys
 import traceback
 from typing import TYPE_CHECKING
 
-from streamshift.control.jobs import BreaksFound, QualityFailed
+from streamshift.control.jobs import QualityFailed, Verdict
 from streamshift.control.outcome import handled, report_error
 from streamshift.engine.jobs.requests import run
 from streamshift.engine.spark import describe_session, get_spark
@@ -47,7 +47,7 @@ def run_here(request: JobRequest) -> int:
     settings, spark, _flow = session_for(request.flow, engine=not request.needs_jvm)  # type: ignore[attr-defined]
     try:
         print(run(spark, request, settings).describe())
-    except BreaksFound as found:
+    except Verdict as found:
         print(str(found))
         return 1
     except QualityFailed as failed:

@@ -30,8 +30,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQueryListener
 
 from streamshift.engine.decode import decode
-from streamshift.engine.write.apply import ApplyResult, apply_changes
 from streamshift.engine.versions import FlowChangedError, still_deployed
+from streamshift.engine.write.apply import ApplyResult, apply_changes
 from streamshift.engine.write.target import Target, read
 from streamshift.spec.contract import MALFORMED, SOURCE_REF
 from streamshift.spec.errors import StreamshiftError

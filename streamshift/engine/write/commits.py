@@ -173,3 +173,12 @@ def append(frame: DataFrame, path: str) -> None:
     frame.write.format("delta").mode("append").save(path)
     _written.add(path)
     _faults.after(f"append to {path}")
+
+
+def overwrite(frame: DataFrame, path: str, partition_by: tuple[str, ...] = ()) -> None:
+    """Replace the Delta table at ``path`` with ``frame``, its schema too (one commit)."""
+    _faults.before()
+    writer = frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+    writer.partitionBy(*partition_by).save(path)
+    _written.add(path)
+    _faults.after(f"overwrite of {path}")

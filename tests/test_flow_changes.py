@@ -1,0 +1,178 @@
+"""A flow that changes, as a team changes it: the flow's file in the team's project edited
+between commands run on the suite's engine (real Spark, real Delta tables), each change
+planned, applied in place or refused until evolved, against an oracle computed from the
+files' rows."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from streamshift.spec.scaffold import init_project
+from streamshift.store.tables import rows
+from tests.cli_support import cli_env, run_cli, suite_engine
+
+pytestmark = pytest.mark.skipif(
+    not suite_engine(), reason="the suite runs without its engine (TESTS_ENGINE=off)"
+)
+
+DAY1, DAY2 = dt.date(2026, 11, 20), dt.date(2026, 11, 21)
+OLD_HEADER = ["payment_id", "version", "status", "business_date", "paid_at", "merchant", "amount"]
+
+
+def _file(path: Path, header: list[str], lines: list[dict[str, str]]) -> Path:
+    with open(path, "w", newline="") as handle:
+        out = csv.writer(handle)
+        out.writerow(header)
+        out.writerows([[line.get(c, "") for c in header] for line in lines])
+    return path
+
+
+def _payment(pid: str, version: int, day: dt.date, merchant: str, amount: str, **more: str):  # type: ignore[no-untyped-def]
+    return {
+        "payment_id": pid,
+        "version": str(version),
+        "status": "BOOKED",
+        "business_date": str(day),
+        "paid_at": f"{day}T10:00:00Z",
+        "merchant": merchant,
+        "amount": amount,
+        **more,
+    }
+
+
+def _oracle(loaded: list[dict[str, str]], known: set[str]) -> dict[tuple[str, str], tuple]:
+    """by_merchant with the new measure, from the rows loaded: each payment's highest version,
+    known merchants only: (payments, amount, largest) per (date, merchant)."""
+    latest: dict[str, dict[str, str]] = {}
+    for row in loaded:
+        if row["merchant"] in known:
+            held = latest.get(row["payment_id"])
+            if held is None or int(row["version"]) > int(held["version"]):
+                latest[row["payment_id"]] = row
+    groups: dict[tuple[str, str], list[Decimal]] = {}
+    for row in latest.values():
+        groups.setdefault((row["business_date"], row["merchant"]), []).append(
+            Decimal(row["amount"])
+        )
+    return {g: (len(a), sum(a), max(a)) for g, a in groups.items()}
+
+
+def test_a_flow_changed_column_view_and_breaking_rename(tmp_path: Path) -> None:
+    project = tmp_path / "team"
+    init_project(project)
+    (project / "flows" / "payments" / "reference" / "merchants.csv").write_text(
+        "merchant,category\nACME,hardware\nZED,toys\n"
+    )
+    flow_file = project / "flows" / "payments" / "__init__.py"
+    env = cli_env(tmp_path)
+    env.pop("STREAMSHIFT_HOME")  # the project's var/
+    env["STREAMSHIFT_PROJECT"] = str(project)
+    warehouse = project / "var" / "warehouse"
+
+    def cli(*args: str, **extra: str):  # type: ignore[no-untyped-def]
+        return run_cli(tmp_path, *args, env={**env, **extra}, cwd=project)
+
+    def eod(path: Path, day: dt.date):  # type: ignore[no-untyped-def]
+        return cli("eod", "--flow", "payments", "--date", str(day), "--file", str(path))
+
+    def current() -> dict[str, dict]:
+        found = rows(str(warehouse / "batch" / "payments"))
+        return {r["payment_id"]: r for r in found}
+
+    def versions() -> list[tuple[str, int, str]]:
+        found = rows(str(warehouse / "control" / "flow_versions"), where=[("flow", "=", "payments")])
+        return sorted({(r["layer"], r["version"], r["how"]) for r in found}, key=lambda v: (v[1], v[0]))
+
+    first = [_payment("P1", 1, DAY1, "ACME", "10.00"), _payment("P2", 1, DAY1, "ZED", "4.00")]
+    done = eod(_file(tmp_path / "a.csv", OLD_HEADER, first), DAY1)
+    assert done.returncode == 0, done.stderr
+    assert versions() == [("batch", 1, "first use"), ("stream", 1, "first use")]
+
+    # 1. An optional column: planned as in place, applied by the next load itself. Files from
+    # before the change still load; an old payment is amended with the new column.
+    text = flow_file.read_text()
+    flow_file.write_text(
+        text.replace(
+            '        StructField("amount", DecimalType(18, 2)),\n',
+            '        StructField("amount", DecimalType(18, 2)),\n'
+            '        StructField("channel", StringType()),\n',
+        ).replace("    retraction_values=", '    optional={"channel": None},\n    retraction_values=')
+    )
+    planned = cli("plan", "--flow", "payments")
+    assert planned.returncode == 0, planned.stderr
+    assert "column channel: added (string, optional, default null) → in place" in planned.stdout
+    new_header = [*OLD_HEADER, "channel"]
+    amended = [
+        _payment("P1", 2, DAY1, "ACME", "12.00", channel="web"),
+        _payment("P3", 1, DAY1, "ZED", "3.00", channel="pos"),
+    ]
+    done = eod(_file(tmp_path / "b.csv", new_header, amended), DAY1)
+    assert done.returncode == 0, done.stderr
+    assert "applied in place" in done.stderr
+    old_shape = [_payment("P4", 1, DAY2, "ACME", "5.00", terminal="T-9")]
+    done = eod(_file(tmp_path / "c.csv", [*OLD_HEADER, "terminal"], old_shape), DAY2)
+    assert done.returncode == 0, done.stderr
+    assert "1 rows held fields the flow does not declare (terminal): ignored" in done.stdout
+    state = current()
+    assert {k: (r["version"], r["channel"]) for k, r in state.items()} == {
+        "P1": (2, "web"),
+        "P2": (1, None),
+        "P3": (1, "pos"),
+        "P4": (1, None),
+    }
+    assert versions()[-2:] == [("batch", 2, "in place"), ("stream", 2, "in place")]
+
+    # 2. A view's logic: planned, refused until evolved (nothing written), then every date's
+    # groups recomputed; a kill part way through evolve is repaired by running it again.
+    flow_file.write_text(
+        flow_file.read_text().replace(
+            'F.sum("amount").alias("amount")',
+            'F.sum("amount").alias("amount"), F.max("amount").alias("largest")',
+        )
+    )
+    planned = cli("plan", "--flow", "payments")
+    assert planned.returncode == 0, planned.stderr
+    assert "view by_merchant: logic changed → the view is recomputed" in planned.stdout
+    later = [_payment("P5", 1, DAY2, "ZED", "8.00", channel="web")]
+    refused = eod(_file(tmp_path / "d.csv", new_header, later), DAY2)
+    assert refused.returncode != 0
+    assert "streamshift evolve --flow payments" in refused.stderr
+    assert "Traceback" not in refused.stderr and "at org.apache" not in refused.stderr
+    assert "P5" not in current()
+    killed = cli("evolve", "--flow", "payments", STREAMSHIFT_KILL_AFTER_COMMITS="1")
+    assert killed.returncode != 0
+    assert versions()[-1][1] == 2  # not recorded: the run died before
+    evolved = cli("evolve", "--flow", "payments")
+    assert evolved.returncode == 0, evolved.stderr
+    assert "evolved to version 3" in evolved.stdout
+    loaded = [*first, *amended, *old_shape]
+    view = str(warehouse / "batch" / "by_merchant")
+
+    def by_merchant() -> dict[tuple[str, str], tuple]:
+        return {
+            (str(r["business_date"]), r["merchant"]): (r["payments"], r["amount"], r["largest"])
+            for r in rows(view)
+        }
+
+    assert by_merchant() == _oracle(loaded, {"ACME", "ZED"})
+    done = eod(tmp_path / "d.csv", DAY2)
+    assert done.returncode == 0, done.stderr
+    assert by_merchant() == _oracle([*loaded, *later], {"ACME", "ZED"})
+
+    # 3. A renamed column: breaking, refused by plan (exit 1), by the loads and by evolve,
+    # with nothing changed.
+    before = (versions(), current(), by_merchant())
+    flow_file.write_text(flow_file.read_text().replace('"paid_at"', '"paid_time"'))
+    planned = cli("plan", "--flow", "payments")
+    assert planned.returncode == 1, planned.stdout + planned.stderr
+    assert "column paid_at: dropped or renamed → breaking: refused" in planned.stdout
+    refused = eod(tmp_path / "d.csv", DAY2)
+    assert refused.returncode != 0 and "paid_at" in refused.stderr
+    refused = cli("evolve", "--flow", "payments")
+    assert refused.returncode != 0 and "breaking" in refused.stderr
+    assert (versions(), current(), by_merchant()) == before
