@@ -85,8 +85,12 @@ def test_a_flow_changed_column_view_and_breaking_rename(tmp_path: Path) -> None:
         return {r["payment_id"]: r for r in found}
 
     def versions() -> list[tuple[str, int, str]]:
-        found = rows(str(warehouse / "control" / "flow_versions"), where=[("flow", "=", "payments")])
-        return sorted({(r["layer"], r["version"], r["how"]) for r in found}, key=lambda v: (v[1], v[0]))
+        found = rows(
+            str(warehouse / "control" / "flow_versions"), where=[("flow", "=", "payments")]
+        )
+        return sorted(
+            {(r["layer"], r["version"], r["how"]) for r in found}, key=lambda v: (v[1], v[0])
+        )
 
     first = [_payment("P1", 1, DAY1, "ACME", "10.00"), _payment("P2", 1, DAY1, "ZED", "4.00")]
     done = eod(_file(tmp_path / "a.csv", OLD_HEADER, first), DAY1)
@@ -101,7 +105,9 @@ def test_a_flow_changed_column_view_and_breaking_rename(tmp_path: Path) -> None:
             '        StructField("amount", DecimalType(18, 2)),\n',
             '        StructField("amount", DecimalType(18, 2)),\n'
             '        StructField("channel", StringType()),\n',
-        ).replace("    retraction_values=", '    optional={"channel": None},\n    retraction_values=')
+        ).replace(
+            "    retraction_values=", '    optional={"channel": None},\n    retraction_values='
+        )
     )
     planned = cli("plan", "--flow", "payments")
     assert planned.returncode == 0, planned.stderr
