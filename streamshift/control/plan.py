@@ -14,21 +14,24 @@ from dataclasses import dataclass
 from typing import Any
 
 # What a change needs, from the cheapest.
-IN_PLACE = "in place"  # any job applies it itself: a column added, a type widened
+IN_PLACE = "in place"  # any job applies it itself: an optional column added
 RECORD = "record"  # nothing to write: the new version is recorded (applies to new changes)
 RECOMPUTE = "recompute"  # a view recomputed for every date from current state
+REWRITE = "rewrite"  # the flow's state tables rewritten (a type widened)
 REAPPLY = "reapply"  # history re-applied through the new code (``--reapply``)
 BREAKING = "breaking"  # refused: a new flow, filled from history or a replay
-NEEDS = (IN_PLACE, RECORD, RECOMPUTE, REAPPLY, BREAKING)
+NEEDS = (IN_PLACE, RECORD, RECOMPUTE, REWRITE, REAPPLY, BREAKING)
 NEEDS_TEXT = {
     IN_PLACE: "in place: the next job (or evolve) alters the tables",
     RECORD: "applies to new changes; stored rows stay as they are",
     RECOMPUTE: "the view is recomputed for every date from current state",
+    REWRITE: "current state and history are rewritten with the wider type (the JVM-free "
+    "reads' deltalake does not read Delta's type widening)",
     REAPPLY: "history must be re-applied through the new code",
     BREAKING: "breaking: refused",
 }
 
-# Delta's type widening (``delta.enableTypeWidening``): from → to, in place.
+# Types a column may widen to (the casts Delta's type widening allows): from → to.
 _WIDER = {
     "tinyint": {"smallint", "int", "bigint", "double"},
     "smallint": {"int", "bigint", "double"},
@@ -39,7 +42,7 @@ _WIDER = {
 
 
 def widens(old: str, new: str) -> bool:
-    """Whether Delta widens a column of type ``old`` to ``new`` in place."""
+    """Whether a column of type ``old`` widens to ``new`` (every value casts exactly)."""
     if new in _WIDER.get(old, set()):
         return True
     if old.startswith("decimal(") and new.startswith("decimal("):
@@ -143,7 +146,7 @@ def diff(
                 Change(
                     f"column {name}",
                     f"type {'widened' if widened else 'changed'} {before[name]} → {kind}",
-                    IN_PLACE if widened else BREAKING,
+                    REWRITE if widened else BREAKING,
                 )
             )
     for name in before:

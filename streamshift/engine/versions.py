@@ -12,8 +12,8 @@ Every writing job (``Target.create_tables``) checks its code against the recorde
 fast path needs no Spark: the flow's files hash as they did when the version was recorded.
 Otherwise the components are built and compared (:mod:`streamshift.control.plan`): the same
 code is recorded again under its new files; a change that is in place only (an optional column
-added, a type widened) is applied by the job itself, to both layers, and recorded as the next
-version; anything else is refused until ``streamshift evolve`` applies it.
+added) is applied by the job itself, to both layers, and recorded as the next version; anything
+else is refused until ``streamshift evolve`` applies it.
 """
 
 from __future__ import annotations
@@ -326,47 +326,52 @@ def table_schema(path: str) -> StructType:
 
 
 def apply_in_place(spark: SparkSession, flow: Flow, warehouse: Path) -> list[str]:
-    """Add the flow's optional columns its state-shaped tables lack, and widen the types the
-    flow widened, in both layers (tables not created yet are created so); the changes made."""
+    """Add the flow's optional columns its state-shaped tables lack, in both layers (a table
+    not created yet is created so); the changes made."""
     wanted = state_schema(spark, flow)
     done: list[str] = []
+    for path in _state_tables(spark, flow, warehouse):
+        have = set(table_schema(path).names)
+        adds = [f for f in wanted.fields if f.name not in have]
+        refused = [f.name for f in adds if f.name not in flow.optional]
+        if refused:
+            raise FlowChangedError(
+                f"{path} lacks {', '.join(refused)}, which the flow does not declare "
+                f"optional: see `streamshift plan --flow {flow.name}`"
+            )
+        if adds:
+            columns = ", ".join(f"{identifier(f.name)} {f.dataType.simpleString()}" for f in adds)
+            spark.sql(f"ALTER TABLE {delta_path(path)} ADD COLUMNS ({columns})")
+            done.append(f"{path}: added {', '.join(f.name for f in adds)}")
+    return done
+
+
+def _state_tables(spark: SparkSession, flow: Flow, warehouse: Path) -> list[str]:
+    """The flow's tables of current state's shape that exist, in both layers."""
+    found = []
     for layer in LAYERS:
         tables = LayerTables(warehouse, flow, layer)
-        for path in (tables.current, tables.history, tables.redeliveries):
-            if not is_table(spark, path):
-                continue
-            actual = table_schema(path)
-            have = {f.name: f for f in actual.fields}
-            adds = [f for f in wanted.fields if f.name not in have]
-            refused = [f.name for f in adds if f.name not in flow.optional]
-            if refused:
-                raise FlowChangedError(
-                    f"{path} lacks {', '.join(refused)}, which the flow does not declare "
-                    f"optional: see `streamshift plan --flow {flow.name}`"
-                )
-            if adds:
-                columns = ", ".join(
-                    f"{identifier(f.name)} {f.dataType.simpleString()}" for f in adds
-                )
-                spark.sql(f"ALTER TABLE {delta_path(path)} ADD COLUMNS ({columns})")
-                done.append(f"{path}: added {', '.join(f.name for f in adds)}")
-            widened = [
-                f for f in wanted.fields if f.name in have and have[f.name].dataType != f.dataType
-            ]
-            if widened:
-                spark.sql(
-                    f"ALTER TABLE {delta_path(path)} "
-                    "SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')"
-                )
-            for f in widened:
-                spark.sql(
-                    f"ALTER TABLE {delta_path(path)} ALTER COLUMN {identifier(f.name)} "
-                    f"TYPE {f.dataType.simpleString()}"
-                )
-                done.append(
-                    f"{path}: {f.name} widened {have[f.name].dataType.simpleString()} → "
-                    f"{f.dataType.simpleString()}"
-                )
+        found += [
+            p for p in (tables.current, tables.history, tables.redeliveries) if is_table(spark, p)
+        ]
+    return found
+
+
+def rewrite_widened(spark: SparkSession, flow: Flow, warehouse: Path) -> list[str]:
+    """Rewrite each state-shaped table whose columns the flow widened, values cast to the
+    wider types (one overwrite per table). Not Delta's type widening: the JVM-free reads
+    (``deltalake``) refuse a table with that feature."""
+    wanted = {f.name: f.dataType for f in state_schema(spark, flow).fields}
+    done: list[str] = []
+    for path in _state_tables(spark, flow, warehouse):
+        have = {f.name: f.dataType for f in table_schema(path).fields}
+        widened = [c for c, t in wanted.items() if c in have and have[c] != t]
+        if not widened:
+            continue
+        table = read(spark, path)
+        cast = table.withColumns({c: F.col(c).cast(wanted[c]) for c in widened})
+        overwrite(cast, path, (flow.business_date,))
+        done.append(f"{path}: {', '.join(f'{c} → {wanted[c].simpleString()}' for c in widened)}")
     return done
 
 
@@ -410,6 +415,7 @@ def evolve(spark: SparkSession, settings: Settings, flow: Flow) -> EvolveResult:
         )
     result = EvolveResult(flow.name, changed, max(recorded, default=0) + 1)
     result.altered = apply_in_place(spark, flow, warehouse)
+    result.altered += rewrite_widened(spark, flow, warehouse)
     views = [c.subject.removeprefix("view ") for c in changed.changes if c.needs == plans.RECOMPUTE]
     for layer in LAYERS:
         tables = LayerTables(warehouse, flow, layer)
