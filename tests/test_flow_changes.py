@@ -6,19 +6,22 @@ files' rows."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import datetime as dt
+import json
+import subprocess
+import sys
+import time
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from pyspark.sql.types import StringType, StructField, StructType
 
 from streamshift.spec.scaffold import init_project
 from streamshift.store.tables import rows
 from tests.cli_support import cli_env, run_cli, suite_engine
-
-pytestmark = pytest.mark.skipif(
-    not suite_engine(), reason="the suite runs without its engine (TESTS_ENGINE=off)"
-)
+from tests.trades_data import trade
 
 DAY1, DAY2 = dt.date(2026, 11, 20), dt.date(2026, 11, 21)
 OLD_HEADER = ["payment_id", "version", "status", "business_date", "paid_at", "merchant", "amount"]
@@ -62,6 +65,33 @@ def _oracle(loaded: list[dict[str, str]], known: set[str]) -> dict[tuple[str, st
     return {g: (len(a), sum(a), max(a)) for g, a in groups.items()}
 
 
+PROBE = (
+    "import json; from streamshift.control.summary import code_summary; "
+    "from streamshift.spec.settings import load_settings; "
+    "print(json.dumps(code_summary(load_settings(), 'payments'), default=str))"
+)
+
+
+def _code_summary(env: dict[str, str], project: Path) -> dict:
+    """The Migration page's flow versions and pending plan, read as the page reads them."""
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            PROBE,
+        ],
+        env=env,
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(probe.stdout)
+
+
+@pytest.mark.skipif(
+    not suite_engine(), reason="the suite runs without its engine (TESTS_ENGINE=off)"
+)
 def test_a_flow_changed_column_view_and_breaking_rename(tmp_path: Path) -> None:
     project = tmp_path / "team"
     init_project(project)
@@ -141,6 +171,9 @@ def test_a_flow_changed_column_view_and_breaking_rename(tmp_path: Path) -> None:
             'F.sum("amount").alias("amount"), F.max("amount").alias("largest")',
         )
     )
+    code = _code_summary(env, project)  # what the Migration page shows
+    assert code["pending"] and "streamshift plan --flow payments" in code["pending"]
+    assert {layer: v["version"] for layer, v in code["layers"].items()} == {"batch": 2, "stream": 2}
     planned = cli("plan", "--flow", "payments")
     assert planned.returncode == 0, planned.stderr
     assert "view by_merchant: logic changed → the view is recomputed" in planned.stdout
@@ -166,6 +199,7 @@ def test_a_flow_changed_column_view_and_breaking_rename(tmp_path: Path) -> None:
         }
 
     assert by_merchant() == _oracle(loaded, {"ACME", "ZED"})
+    assert _code_summary(env, project)["pending"] is None
     done = eod(tmp_path / "d.csv", DAY2)
     assert done.returncode == 0, done.stderr
     assert by_merchant() == _oracle([*loaded, *later], {"ACME", "ZED"})
@@ -182,3 +216,87 @@ def test_a_flow_changed_column_view_and_breaking_rename(tmp_path: Path) -> None:
     refused = cli("evolve", "--flow", "payments")
     assert refused.returncode != 0 and "breaking" in refused.stderr
     assert (versions(), current(), by_merchant()) == before
+
+
+def _trade_row(trade_id: str, version: int, **more: str) -> dict[str, str]:
+    values = trade(trade_id, version, date=str(DAY1))[:11]
+    from flows.trades import FLOW
+
+    return {**dict(zip(FLOW.columns, values, strict=True)), **more}
+
+
+@pytest.mark.spark
+@pytest.mark.kafka
+def test_the_stream_across_an_added_column_loses_and_doubles_nothing(
+    spark, kafka_settings, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """The stream runs the trades flow as it was; an EOD load under the flow with an added
+    optional column applies the change in place to both layers. The running stream stops
+    before its next batch, uncommitted; started again on the new code it takes every event,
+    old shape and new, once, and counts the field the flow does not declare."""
+    from flows.trades import FLOW
+    from streamshift.engine.jobs.eod import run_eod
+    from streamshift.engine.versions import FlowChangedError
+    from streamshift.engine.write.target import Target, read
+    from streamshift.store.heartbeat import query_name
+    from streamshift.store.kafka import ensure_topic
+    from streamshift.store.produce import produce_rows
+    from tests.stream_support import drain, isolated, new_topic, stream_running
+
+    settings = isolated(kafka_settings, tmp_path / "home")
+    topic = new_topic("trades")
+    ensure_topic(settings, topic, partitions=2)
+    wider = dataclasses.replace(
+        FLOW,
+        schema=StructType([*FLOW.schema.fields, StructField("venue", StringType())]),
+        optional={"venue": None},
+    )
+    before = [_trade_row(f"S{i}", 1) for i in range(4)]
+    produce_rows(settings, FLOW, before, topic=topic, progress=False)
+    eod = tmp_path / "eod.csv"
+    with open(eod, "w", newline="") as handle:
+        out = csv.writer(handle)
+        out.writerow(wider.columns)
+        out.writerow([*_trade_row("E1", 1).values(), "XLON"])
+    with (
+        pytest.raises(FlowChangedError, match="recorded version changed"),
+        stream_running(spark, settings, topic, flow=FLOW),
+    ):
+        run_eod(spark, Target.open(spark, settings, wider, "batch"), DAY1, eod)
+        produce_rows(settings, FLOW, [_trade_row("S4", 1)], topic=topic, progress=False)
+        deadline = time.monotonic() + 120  # the stream's next batch finds the new version
+        while time.monotonic() < deadline and any(
+            q.name == query_name(FLOW.name, "stream") for q in spark.streams.active
+        ):
+            time.sleep(0.5)
+    stream = Target.open(spark, settings, wider, "stream")
+    assert read(spark, stream.tables.current).columns[-1] == "venue"  # altered in place
+    amended = [_trade_row("S0", 2, venue="XNYS"), _trade_row("S5", 1, venue="BATS")]
+    produce_rows(settings, wider, amended, topic=topic, progress=False)
+    ensure_topic(settings, topic)
+    from confluent_kafka import Producer
+
+    from streamshift.store.events import encode_event
+    from streamshift.store.kafka import producer_config
+
+    producer = Producer(producer_config(settings))
+    key, value = encode_event(wider, _trade_row("S6", 1, venue="XLON"))
+    producer.produce(topic, key=key, value=value[:-1] + b',"desk_note":"hi"}')
+    assert producer.flush(60) == 0
+    run = drain(spark, settings, topic, flow=wider)
+    assert run.totals.unknown_rows == 1 and run.totals.unknown_fields == {"desk_note"}
+    history = read(spark, stream.tables.history).select("trade_id", "version").collect()
+    produced = [
+        ("S0", 1),
+        ("S1", 1),
+        ("S2", 1),
+        ("S3", 1),
+        ("S4", 1),
+        ("S0", 2),
+        ("S5", 1),
+        ("S6", 1),
+    ]
+    assert sorted(map(tuple, history)) == sorted(produced)  # each once: none lost, none doubled
+    venues = {r["trade_id"]: r["venue"] for r in read(spark, stream.tables.current).collect()}
+    assert venues == {"S0": "XNYS", "S1": None, "S2": None, "S3": None, "S4": None,
+                      "S5": "BATS", "S6": "XLON"}  # fmt: skip

@@ -17,8 +17,8 @@ from streamshift.control.trace import (
     serving_layer_of,
     trace_link,
 )
-from streamshift.spec.catalog import PARITY, ControlTables
-from streamshift.spec.registry import flow_names, get_flow
+from streamshift.spec.catalog import LAYERS, PARITY, ControlTables
+from streamshift.spec.registry import flow_folder, flow_names, get_flow
 from streamshift.spec.settings import Settings
 from streamshift.spec.stages import FIRST, next_stage
 from streamshift.spec.stages import stage as stage_of
@@ -34,6 +34,7 @@ from streamshift.store.records import (
     stage_history,
 )
 from streamshift.store.tables import rows
+from streamshift.store.versions import deployed, files_digest
 
 
 def query_value(text: str) -> str:
@@ -98,6 +99,7 @@ def flow_summary(settings: Settings, flow: str) -> dict[str, Any]:
             },
         }
     streams = [s for s in read_status(settings.home, settings) if s.flow == flow]
+    code = code_summary(settings, flow)
     following = next_stage(stage)
     quarantine = _quarantine(settings, flow, stage)
     next_name = following.name if following else None
@@ -119,6 +121,7 @@ def flow_summary(settings: Settings, flow: str) -> dict[str, Any]:
         "last_reconciliation": last,
         "quality": quality,
         "quarantine": quarantine,
+        "code": code,
         "streams": [
             {
                 "layer": s.layer,
@@ -131,6 +134,32 @@ def flow_summary(settings: Settings, flow: str) -> dict[str, Any]:
             for s in streams
         ],
     }
+
+
+def code_summary(settings: Settings, flow: str) -> dict[str, Any]:
+    """The flow version each layer's tables were written by, and whether the flow's files
+    changed since (a pending plan: ``streamshift plan`` says what it needs)."""
+    layers = {}
+    for layer in LAYERS:
+        recorded = deployed(settings.warehouse, flow, layer)
+        if recorded is not None:
+            layers[layer] = {
+                "version": recorded["version"],
+                "how": recorded["how"],
+                "changes": recorded["changes"],
+                "deployed_at": recorded["deployed_at"],
+                "deployed_by": recorded["deployed_by"],
+                "files": recorded["files"],
+            }
+    on_disk = files_digest(flow_folder(flow))
+    changed = bool(layers) and any(v["files"] and v["files"] != on_disk for v in layers.values())
+    pending = (
+        f"the flow's files changed since version {max(v['version'] for v in layers.values())} "
+        f"was recorded: `streamshift plan --flow {flow}` says what the change needs"
+        if changed
+        else None
+    )
+    return {"layers": layers, "pending": pending}
 
 
 def _quarantine(settings: Settings, flow: str, stage: str) -> dict[str, Any]:
