@@ -33,6 +33,7 @@ from streamshift.store.records import (
     quality_failures_by_date,
     recon_by_date,
 )
+from streamshift.store.versions import logic_changed_at
 
 if TYPE_CHECKING:
     from streamshift.spec.settings import Settings
@@ -122,7 +123,11 @@ def promotion_evidence(settings: Settings, flow: str, to: str | None = None) -> 
     before = stages.previous_stage(to) or stages.STAGES[0]
     kind = stages.entry_evidence(to) or PARITY
     made_in = before.name
-    reconciled = recon_by_date(latest_runs(settings, flow, stage=made_in), kind)[::-1]
+    runs = latest_runs(settings, flow, stage=made_in)
+    evolved = logic_changed_at(settings.warehouse, flow)
+    if evolved is not None:  # evidence made before a logic change speaks for the old code
+        runs = [r for r in runs if r["run_at"] >= evolved]
+    reconciled = recon_by_date(runs, kind)[::-1]
     newest_first = [d for d in reconciled if d["rows"]][: settings.promotion_window]
     oldest = newest_first[-1]["business_date"] if newest_first else None
     empty = [

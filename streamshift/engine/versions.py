@@ -19,7 +19,6 @@ else is refused until ``streamshift evolve`` applies it.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import hashlib
 import json
 import re
@@ -57,7 +56,12 @@ if TYPE_CHECKING:
     from streamshift.engine.write.target import Target
     from streamshift.spec.settings import Settings
 
-FIRST_USE, SAME_CODE, IN_PLACE, EVOLVED = "first use", "same code, new files", "in place", "evolve"
+FIRST_USE, SAME_CODE, IN_PLACE, EVOLVED = (
+    records.FIRST_USE,
+    records.SAME_CODE,
+    records.IN_PLACE,
+    records.EVOLVED,
+)
 
 
 class FlowChangedError(StreamshiftError):
@@ -228,7 +232,6 @@ def _record(
     """One commit: ``version`` of ``flow`` recorded for ``layers``."""
     path = ControlTables(warehouse).flow_versions
     ensure_table(spark, path, FLOW_VERSIONS_SCHEMA)
-    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     rows = [
         (
             flow.name,
@@ -241,14 +244,14 @@ def _record(
             how,
             changes,
             os_user(),
-            now,
+            None,
         )
         for layer in layers
     ]
     # Not through commits.append: a control record, outside the write path's fault counting.
-    spark.createDataFrame(rows, FLOW_VERSIONS_SCHEMA).write.format("delta").mode("append").save(
-        path
-    )
+    frame = spark.createDataFrame(rows, FLOW_VERSIONS_SCHEMA)
+    frame = frame.withColumn("deployed_at", F.current_timestamp())
+    frame.write.format("delta").mode("append").save(path)
 
 
 def _say(message: str) -> None:
@@ -266,7 +269,8 @@ def ensure_deployed(target: Target) -> None:
     if checked is not None and checked[0] is flow and checked[1] == log:
         return
     files = files_of(flow)
-    recorded = {layer: records.deployed(warehouse, flow.name, layer) for layer in LAYERS}
+    held = records.deployed_layers(warehouse, flow.name)
+    recorded = {layer: held.get(layer) for layer in LAYERS}
     if files and all(r is not None and r["files"] == files for r in recorded.values()):
         _CHECKED[key] = (flow, log, files)
         return

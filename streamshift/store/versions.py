@@ -12,18 +12,35 @@ from typing import Any
 from streamshift.spec.catalog import ControlTables
 from streamshift.store.tables import rows
 
+# What recorded a version: the layer's first write, the same code under changed files, a
+# change a job applied in place, ``streamshift evolve``.
+FIRST_USE, SAME_CODE, IN_PLACE, EVOLVED = "first use", "same code, new files", "in place", "evolve"
+
+
+def deployed_layers(warehouse: Path, flow: str) -> dict[str, dict[str, Any]]:
+    """The latest recorded version of ``flow`` per layer (its row, ``components`` parsed); a
+    layer never written has none. One read."""
+    latest: dict[str, dict[str, Any]] = {}
+    for row in rows(ControlTables(warehouse).flow_versions, where=[("flow", "=", flow)]):
+        held = latest.get(row["layer"])
+        if held is None or (row["version"], row["deployed_at"]) > (
+            held["version"],
+            held["deployed_at"],
+        ):
+            latest[row["layer"]] = row
+    return {k: {**v, "components": json.loads(v["components"])} for k, v in latest.items()}
+
 
 def deployed(warehouse: Path, flow: str, layer: str) -> dict[str, Any] | None:
-    """The latest recorded version of ``flow`` in ``layer`` (its row, ``components`` parsed),
-    or None before the layer was first written."""
-    found = rows(
-        ControlTables(warehouse).flow_versions,
-        where=[("flow", "=", flow), ("layer", "=", layer)],
-    )
-    if not found:
-        return None
-    latest = max(found, key=lambda r: (r["version"], r["deployed_at"]))
-    return {**latest, "components": json.loads(latest["components"])}
+    """The latest recorded version of ``flow`` in ``layer``, or None before it was written."""
+    return deployed_layers(warehouse, flow).get(layer)
+
+
+def logic_changed_at(warehouse: Path, flow: str) -> Any:
+    """When ``streamshift evolve`` last recorded a version of ``flow`` (None: never): evidence
+    made before speaks for the old code."""
+    evolved = [r["deployed_at"] for r in history(warehouse, flow) if r["how"] == EVOLVED]
+    return max(evolved, default=None)
 
 
 def history(warehouse: Path, flow: str) -> list[dict[str, Any]]:
