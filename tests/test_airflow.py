@@ -208,12 +208,14 @@ def test_dag_integrity(tmp_path: Path) -> None:
         "stream_supervisor",
         "streamshift_promote",
         "streamshift_redrive",
+        "streamshift_evolve",
     }
     # Retried: every task but those whose failure a retry cannot change (a failed data-quality
     # expectation, a promotion refused by the gate; a promotion is one deliberate act).
     no_retries = {
         **{f"eod_{f}": ["data_quality"] for f in flows},
         "streamshift_promote": ["approve", "check_gate", "record_promotion"],
+        "streamshift_evolve": ["approve", "evolve", "plan", "which_flow"],
     }
     for dag_id, dag in report["dags"].items():
         assert dag["owner"] == "streamshift", dag_id
@@ -448,3 +450,20 @@ def _scheduler_process(loop: int) -> int | None:
     except OSError:
         pass
     return None  # restarting (the loop's sleep), or gone
+
+
+@pytest.mark.timeout(600)
+def test_an_evolve_run_with_nothing_to_change_passes_its_approval(airflow_stack) -> None:  # type: ignore[no-untyped-def]
+    """``streamshift_evolve`` on the shared stack, the flow as its tables were written: the
+    plan (on the engine) finds no change, the approval waits for nobody, evolve has nothing to
+    do; a real run, task by task (the plan and evolve jobs
+    themselves are tests/test_flow_changes.py's)."""
+    settings, client = airflow_stack
+    dag_id = "streamshift_evolve"
+    client.wait_for_dag(dag_id)
+    run_id = "evolve-nothing"
+    client.trigger(dag_id, {"flow": "telemetry"}, run_id=run_id)
+    run = client.wait_for_run(dag_id, run_id, timeout=300, progress=False)
+    assert run["state"] == "success", run
+    states = {t["task_id"]: t["state"] for t in client.task_instances(dag_id, run_id)}
+    assert states == dict.fromkeys(["which_flow", "plan", "approve", "evolve"], "success")

@@ -23,7 +23,7 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator, HITLOper
 from airflow.sdk.exceptions import AirflowFailException
 
 from streamshift.control.stages import APPROVED, REJECTED, TIMED_OUT, promotion_evidence
-from streamshift.spec.requests import JobRequest, PromoteRequest
+from streamshift.spec.requests import EvolveRequest, JobRequest, PlanRequest, PromoteRequest
 from streamshift.spec.settings import load_settings
 from streamshift.spec.stages import needs_approval
 from streamshift.store.records import current_stage
@@ -125,3 +125,49 @@ class PromotionApproval(ApprovalOperator):
             decision = REJECTED
         self.log.info("%s: %s", decision, name or "nobody answered in time")
         return dataclasses.replace(request, approval=decision, approved_by=name).to_json()
+
+
+class EvolveApproval(ApprovalOperator):
+    """Wait for a second user's approval of a flow's change, showing the plan (the ``source``
+    task's output); the evolve request it returns is what ``evolve`` runs. A plan with nothing
+    to do passes straight through; a rejection or no answer in time fails the run."""
+
+    def __init__(self, *, source: str, flow_task: str, **kwargs: Any) -> None:
+        super().__init__(subject="Evolve", defaults=[self.REJECT], **kwargs)
+        self.source, self.flow_task = source, flow_task
+
+    def _request(self, context: Any) -> EvolveRequest:
+        request = JobRequest.from_json(context["ti"].xcom_pull(task_ids=self.flow_task))
+        assert isinstance(request, PlanRequest)
+        return EvolveRequest(request.flow)
+
+    def execute(self, context: Any) -> Any:
+        settings = load_settings()
+        request = self._request(context)
+        plan = str(context["ti"].xcom_pull(task_ids=self.source) or "")
+        if "changes since" not in plan:
+            self.log.info("nothing to evolve: %s", plan)
+            return request.to_json()
+        requester = context["dag_run"].triggering_user_name
+        who = approvers(settings.approvers, requester)
+        if not who:
+            raise AirflowFailException(
+                f"no approver other than {requester}: a flow's change needs a second user. Set "
+                "STREAMSHIFT_APPROVERS to users who may approve"
+            )
+        self.assigned_users = [{"id": name, "name": name} for name in who]
+        self.subject = f"Evolve {request.flow}?"
+        self.body = f"**{requester}** asks to apply this change:\n\n```\n{plan}\n```"
+        self.response_timeout = dt.timedelta(minutes=settings.approval_timeout_minutes)
+        return super().execute(context)
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
+        answer = HITLOperator.execute_complete(self, context, event)  # (no skipping)
+        user = answer["responded_by_user"]
+        requester = context["dag_run"].triggering_user_name
+        if user is None:
+            raise AirflowFailException("nobody approved the change in time: not applied")
+        if answer["chosen_options"] != [self.APPROVE] or user["id"] == requester:
+            raise AirflowFailException(f"{user['name']} rejected the change: not applied")
+        self.log.info("approved by %s", user["name"])
+        return self._request(context).to_json()

@@ -33,7 +33,7 @@ from airflow.sdk import (
 )
 
 from streamshift.airflow import tasks as T
-from streamshift.airflow.approval import PromotionApproval
+from streamshift.airflow.approval import EvolveApproval, PromotionApproval
 from streamshift.airflow.engine_operator import EngineOperator
 from streamshift.airflow.waiting import CompleteFileSensor
 from streamshift.control.cutoff import check_cut_off
@@ -45,7 +45,13 @@ from streamshift.spec.catalog import SPARK_POOL, landing_dir
 from streamshift.spec.project import ENV as PROJECT_ENV
 from streamshift.spec.project import ProjectError, find_project
 from streamshift.spec.registry import flow_names, get_flow
-from streamshift.spec.requests import JobRequest, MaintainRequest, PromoteRequest, RedriveRequest
+from streamshift.spec.requests import (
+    JobRequest,
+    MaintainRequest,
+    PlanRequest,
+    PromoteRequest,
+    RedriveRequest,
+)
 from streamshift.spec.settings import Settings, load_settings
 from streamshift.spec.stages import NAMES
 from streamshift.store.eodfile import BadFileError
@@ -595,6 +601,47 @@ as `changed_by`; a rejection fails the run, recorded. The Migration page trigger
     return dag
 
 
+def evolve_dag(flows: list[str]) -> DAG:
+    """``streamshift_evolve``: a flow's change planned, approved by a second user, applied."""
+    with DAG(
+        dag_id="streamshift_evolve",
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        is_paused_upon_creation=False,
+        default_args={**DEFAULT_ARGS, "retries": 0},
+        tags=["streamshift", "migration"],
+        params={"flow": Param(flows[0] if flows else None, type="string", enum=flows)},
+        doc_md="""
+### Evolve a flow
+The same as `streamshift plan` then `streamshift evolve`, with four eyes between. **plan** says
+what changed in the flow's code since each layer's recorded version and what each change needs
+(a breaking change fails the run: nothing is applied). **approve** waits for a second user
+under *Browse → Required actions*, showing the plan; the user who triggered the run cannot
+approve it, and no answer in time counts as a rejection. **evolve** applies the plan to both
+layers and records the new version (docs/flows.md, "Changing a flow").
+""",
+    ) as dag:
+
+        @task(doc_md="The plan job's request for the flow asked for.")
+        def which_flow() -> str:
+            return PlanRequest(get_current_context()["params"]["flow"]).to_json()
+
+        flow = which_flow()
+        planned = engine_task(
+            "plan", flow, "What changed and what each change needs (fails when breaking)."
+        )
+        approval = EvolveApproval(
+            task_id="approve",
+            source="plan",
+            flow_task="which_flow",
+            doc_md="A second user approves the plan (four eyes).",
+        )
+        flow >> planned >> approval
+        engine_task("evolve", approval.output, "Apply the approved plan to both layers; record it.")
+    return dag
+
+
 def redrive_dag(flows: list[str]) -> DAG:
     """``streamshift_redrive``: re-apply quarantined rows whose cause is fixed."""
     with DAG(
@@ -708,4 +755,5 @@ def build_dags(dag_file: str) -> dict[str, DAG]:
     dags["stream_supervisor"] = stream_supervisor_dag()
     dags["streamshift_promote"] = promote_dag(names)
     dags["streamshift_redrive"] = redrive_dag(names)
+    dags["streamshift_evolve"] = evolve_dag(names)
     return dags

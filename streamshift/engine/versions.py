@@ -281,9 +281,9 @@ def ensure_deployed(target: Target) -> None:
         apply_in_place(spark, flow, warehouse)
         _record(spark, warehouse, flow, found, 1, FIRST_USE, "")
     elif all(r["fingerprint"] == mine for r in known.values()) and len(known) == len(LAYERS):
-        _record(
-            spark, warehouse, flow, found, max(r["version"] for r in known.values()), SAME_CODE, ""
-        )
+        if files:  # the same code under changed files: recorded, so the next check is cheap
+            version = max(r["version"] for r in known.values())
+            _record(spark, warehouse, flow, found, version, SAME_CODE, "")
     else:
         found_plans = [plan(spark, warehouse, flow, layer) for layer in known]
         changed = next((p for p in found_plans if p.changes), found_plans[0])
@@ -345,7 +345,13 @@ def apply_in_place(spark: SparkSession, flow: Flow, warehouse: Path) -> list[str
             )
         if adds:
             columns = ", ".join(f"{identifier(f.name)} {f.dataType.simpleString()}" for f in adds)
-            spark.sql(f"ALTER TABLE {delta_path(path)} ADD COLUMNS ({columns})")
+            try:
+                spark.sql(f"ALTER TABLE {delta_path(path)} ADD COLUMNS ({columns})")
+            except Exception:
+                # Another job added them meanwhile (both saw the table without them).
+                if not {f.name for f in adds} <= set(table_schema(path).names):
+                    raise
+                continue
             done.append(f"{path}: added {', '.join(f.name for f in adds)}")
     return done
 
@@ -388,6 +394,8 @@ class EvolveResult:
     recomputed: dict[str, int] = field(default_factory=dict)  # view → rows written, per layer
 
     def describe(self) -> str:
+        if self.plan.deployed is None and not self.plan.changes:
+            return f"{self.flow}: no version recorded yet (its first write records it); nothing to evolve"
         if not self.plan.changes:
             return f"{self.flow}: no change since version {self.version}; nothing to evolve"
         lines = [f"{self.flow}: evolved to version {self.version}"]
