@@ -458,7 +458,7 @@ def test_an_evolve_run_with_nothing_to_change_passes_its_approval(airflow_stack)
     plan (on the engine) finds no change, the approval waits for nobody, evolve has nothing to
     do; a real run, task by task (the plan and evolve jobs
     themselves are tests/test_flow_changes.py's)."""
-    settings, client = airflow_stack
+    _, client = airflow_stack
     dag_id = "streamshift_evolve"
     client.wait_for_dag(dag_id)
     run_id = "evolve-nothing"
