@@ -48,6 +48,7 @@ from streamshift.spec.catalog import FLOW_VERSIONS_SCHEMA, LAYERS, ControlTables
 from streamshift.spec.contract import IS_DELETED, SOURCE
 from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.flow import Flow
+from streamshift.spec.registry import UnknownFlowError, flow_folder, get_flow
 from streamshift.spec.sqltext import delta_path, identifier
 from streamshift.store import versions as records
 from streamshift.store.processes import os_user
@@ -198,8 +199,6 @@ def files_of(flow: Flow) -> str:
     known = _FILES.get(id(flow))
     if known is not None and known[0] is flow:
         return known[1]
-    from streamshift.spec.registry import UnknownFlowError, flow_folder, get_flow
-
     try:
         folder = flow_folder(flow.name)
         registered = get_flow(flow.name)

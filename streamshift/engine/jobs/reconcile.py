@@ -33,6 +33,7 @@ from streamshift.engine.recon import (
     read_external_view,
     record,
 )
+from streamshift.engine.versions import ensure_deployed
 from streamshift.engine.write import runs
 from streamshift.engine.write.apply import ApplyResult, apply_changes
 from streamshift.engine.write.runs import file_digest, run_key
@@ -97,6 +98,8 @@ def reconcile_date(
     """Run the reconciliations the inputs allow for ``business_date`` and record them."""
     stage = stage or current_stage(settings, flow.name)
     targets = targets or open_layers(spark, settings, flow)
+    # Both layers are compared through the code that wrote them, or not at all.
+    ensure_deployed(targets["batch"])
     with when_small(targets.values(), [business_date], files=[against, eod_file]):
         return _reconcile_date(
             spark, settings, flow, business_date, against, eod_file, parity, targets, stage

@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQueryListener
 
 from streamshift.engine.decode import decode
-from streamshift.engine.versions import FlowChangedError, still_deployed
+from streamshift.engine.versions import FlowChangedError, ensure_deployed, still_deployed
 from streamshift.engine.write.apply import ApplyResult, apply_changes
 from streamshift.engine.write.target import Target, read
 from streamshift.spec.contract import MALFORMED, SOURCE_REF
@@ -479,6 +479,7 @@ def run_stream(
     started = time.monotonic()
     topic, dlq = stream_topics(settings, flow, topic)
     target = Target.open(spark, settings, flow, layer).create_tables()
+    ensure_deployed(target)  # the stream runs the recorded version (or applies a change in place)
     totals = StreamTotals()
     stop = stop or GracefulStop()
     name = heartbeat.query_name(flow.name, layer)

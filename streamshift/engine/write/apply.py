@@ -34,6 +34,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from streamshift.engine.spark import interpreted
+from streamshift.engine.versions import ensure_deployed
 from streamshift.engine.write.batches import Batch, LargeBatch, SmallBatch
 from streamshift.engine.write.commits import merge_into
 from streamshift.engine.write.predicates import (
@@ -245,6 +246,7 @@ def _apply_once(
 ) -> ApplyResult:
     spark = target.spark
     tables = target.create_tables().tables
+    ensure_deployed(target)  # the code is the flow's recorded version (or a change in place)
     if SOURCE not in changes.columns:
         changes = changes.withColumn(SOURCE, F.lit(source))
     rejected = F.size(FAILED) > 0

@@ -332,11 +332,6 @@ class Target:
                 list(
                     pool.map(lambda w: ensure_table(self.spark, w[0], w[1], w[2], **w[3]), missing)
                 )
-        # The code writing is the recorded version of the flow, or a change any job applies
-        # (imported here: the versions module builds on this one).
-        from streamshift.engine.versions import ensure_deployed
-
-        ensure_deployed(self)
         self._created = True
         return self
 
