@@ -204,7 +204,27 @@ def test_a_flow_changed_column_view_and_breaking_rename(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert by_merchant() == _oracle([*loaded, *later], {"ACME", "ZED"})
 
-    # 3. A renamed column: breaking, refused by plan (exit 1), by the loads and by evolve,
+    # 3. A rule added and re-applied to history: P1's version 2 (12.00) now fails, moves to
+    # quarantine under the rule, and P1 falls back to its version 1.
+    flow_file.write_text(
+        flow_file.read_text().replace(
+            '        Rule("known_merchant",',
+            '        Rule("below_11", lambda: reversed_() | (F.col("amount") < 11)),\n'
+            '        Rule("known_merchant",',
+        )
+    )
+    evolved = cli("evolve", "--flow", "payments", "--reapply")
+    assert evolved.returncode == 0, evolved.stderr
+    assert "1 versions now fail a rule (moved to quarantine), 1 keys fell back" in evolved.stdout
+    assert {k: r["version"] for k, r in current().items()} == {
+        "P1": 1, "P2": 1, "P3": 1, "P4": 1, "P5": 1
+    }  # fmt: skip
+    valid = [r for r in [*loaded, *later] if Decimal(r["amount"]) < 11]
+    assert by_merchant() == _oracle(valid, {"ACME", "ZED"})
+    quarantined = rows(str(warehouse / "batch" / "quarantine"), where=[("rule", "=", "below_11")])
+    assert [(q["batch_id"], q["business_date"]) for q in quarantined] == [("reapply:v4", DAY1)]
+
+    # 4. A renamed column: breaking, refused by plan (exit 1), by the loads and by evolve,
     # with nothing changed.
     before = (versions(), current(), by_merchant())
     flow_file.write_text(flow_file.read_text().replace('"paid_at"', '"paid_time"'))

@@ -198,7 +198,7 @@ def _cmd_evolve(args: argparse.Namespace) -> int:
     from streamshift.spec.requests import EvolveRequest
 
     known_flow(args.flow)
-    return run_request(EvolveRequest(args.flow))
+    return run_request(EvolveRequest(args.flow, args.reapply))
 
 
 def add_commands(sub: Any) -> None:
@@ -401,4 +401,11 @@ def add_commands(sub: Any) -> None:
         "it again. A breaking plan is refused with nothing changed.",
     )
     p.add_argument("--flow", required=True)
+    p.add_argument(
+        "--reapply",
+        action="store_true",
+        help="also check both layers' history with the rules as they are now: a version that "
+        "fails one moves to quarantine under it and its key falls back to its highest valid "
+        "version; every view is then recomputed",
+    )
     p.set_defaults(handler=_cmd_evolve)

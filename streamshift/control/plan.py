@@ -23,7 +23,7 @@ BREAKING = "breaking"  # refused: a new flow, filled from history or a replay
 NEEDS = (IN_PLACE, RECORD, RECOMPUTE, REWRITE, REAPPLY, BREAKING)
 NEEDS_TEXT = {
     IN_PLACE: "in place: the next job (or evolve) alters the tables",
-    RECORD: "applies to new changes; stored rows stay as they are",
+    RECORD: "applies to new changes (with evolve --reapply, rules re-check history too)",
     RECOMPUTE: "the view is recomputed for every date from current state",
     REWRITE: "current state and history are rewritten with the wider type (the JVM-free "
     "reads' deltalake does not read Delta's type widening)",

@@ -33,7 +33,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from streamshift.control import plan as plans
-from streamshift.engine.write.commits import overwrite
+from streamshift.engine.write.commits import merge_into, overwrite
+from streamshift.engine.write.predicates import same_columns
 from streamshift.engine.write.target import (
     delta_log_version,
     empty_reference,
@@ -43,9 +44,16 @@ from streamshift.engine.write.target import (
     state_schema,
     view_schema,
 )
-from streamshift.engine.write.transforms import parse, raw_schema
-from streamshift.spec.catalog import FLOW_VERSIONS_SCHEMA, LAYERS, ControlTables, LayerTables
-from streamshift.spec.contract import IS_DELETED, SOURCE
+from streamshift.engine.write.transforms import latest_per_key, parse, raw_schema
+from streamshift.spec import sqltext as sql
+from streamshift.spec.catalog import (
+    FLOW_VERSIONS_SCHEMA,
+    LAYERS,
+    QUARANTINE_SCHEMA,
+    ControlTables,
+    LayerTables,
+)
+from streamshift.spec.contract import FAILED, IS_DELETED, SOURCE, SOURCE_REF
 from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.flow import Flow
 from streamshift.spec.registry import UnknownFlowError, flow_folder, get_flow
@@ -391,6 +399,8 @@ class EvolveResult:
     version: int
     altered: list[str] = field(default_factory=list)
     recomputed: dict[str, int] = field(default_factory=dict)  # view → rows written, per layer
+    # Per layer, with --reapply: (versions now failing a rule, keys that fell back)
+    reapplied: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def describe(self) -> str:
         if self.plan.deployed is None and not self.plan.changes:
@@ -400,14 +410,22 @@ class EvolveResult:
         lines = [f"{self.flow}: evolved to version {self.version}"]
         lines += [f"  {c.describe()}" for c in self.plan.changes]
         lines += [f"  {a}" for a in self.altered]
+        lines += [
+            f"  re-applied to the {layer} layer's history: {moved} versions now fail a rule "
+            f"(moved to quarantine), {keys} keys fell back to their highest valid version"
+            for layer, (moved, keys) in self.reapplied.items()
+        ]
         lines += [f"  recomputed {v}: {n} rows" for v, n in self.recomputed.items()]
         return "\n".join(lines)
 
 
-def evolve(spark: SparkSession, settings: Settings, flow: Flow) -> EvolveResult:
+def evolve(
+    spark: SparkSession, settings: Settings, flow: Flow, *, reapply: bool = False
+) -> EvolveResult:
     """Apply the plan to both layers: alter the tables, recompute the views the plan names
-    from current state for every date, record the new version. Each step is idempotent, so
-    a run killed part way is repaired by running it again."""
+    from current state for every date, record the new version; ``reapply``: history checked
+    again by the changed rules first (:func:`reapply_rules`). Each step is idempotent, so a
+    run killed part way is repaired by running it again."""
     warehouse = settings.warehouse
     found_plans = {layer: plan(spark, warehouse, flow, layer) for layer in LAYERS}
     changed = next((p for p in found_plans.values() if p.changes), found_plans["batch"])
@@ -422,12 +440,18 @@ def evolve(spark: SparkSession, settings: Settings, flow: Flow) -> EvolveResult:
     if changed.needs_reapply:
         raise FlowChangedError(
             f"flow {flow.name}: {changed.summary()} needs history re-applied through the new "
-            "code, which evolve does not do yet; nothing was changed"
+            "prepare, which evolve does not do yet; nothing was changed"
         )
     result = EvolveResult(flow.name, changed, max(recorded, default=0) + 1)
     result.altered = apply_in_place(spark, flow, warehouse)
     result.altered += rewrite_widened(spark, flow, warehouse)
     views = [c.subject.removeprefix("view ") for c in changed.changes if c.needs == plans.RECOMPUTE]
+    if reapply:
+        for layer in LAYERS:
+            tables = LayerTables(warehouse, flow, layer)
+            if is_table(spark, tables.history):
+                result.reapplied[layer] = reapply_rules(spark, flow, tables, result.version)
+        views = [v.name for v in flow.views]  # the groups of every changed key, and more
     for layer in LAYERS:
         tables = LayerTables(warehouse, flow, layer)
         if not is_table(spark, tables.current):
@@ -463,3 +487,55 @@ def _recompute_view(spark: SparkSession, flow: Flow, name: str, live: DataFrame,
         return count
     finally:
         values.unpersist()
+
+
+def reapply_rules(
+    spark: SparkSession, flow: Flow, tables: LayerTables, version: int
+) -> tuple[int, int]:
+    """The layer's history checked by the flow's rules as they are now: each version that
+    fails one moves to quarantine under it (``batch_id`` ``reapply:v<N>``), and its key falls
+    back to its highest version still valid (none: the key leaves current state). In an order
+    a re-run after a kill completes: current state first (computed from history without the
+    failing versions), then quarantine, then the versions leave history; the caller then
+    recomputes the views. Returns (versions moved, keys that fell back)."""
+    key, ver = flow.key, flow.version
+    history = read(spark, tables.history)
+    checks = [F.when(~F.coalesce(r.passes(), F.lit(False)), F.lit(r.name)) for r in flow.rules]
+    failing = F.filter(F.array(*checks), lambda x: x.isNotNull()) if checks else F.array()
+    failed = history.withColumn(FAILED, failing).where(F.size(FAILED) > 0).persist()
+    try:
+        moved = failed.count()
+        if not moved:
+            return 0, 0
+        gone = failed.select(key, ver)
+        keys = gone.select(key).distinct()
+        remaining = history.join(gone, [key, ver], "left_anti").join(keys, key, "left_semi")
+        best = latest_per_key(flow, remaining)
+        fallback = keys.join(best, key, "left").withColumn("_none", F.col(ver).isNull())
+        fell_back = keys.count()
+        merge_into(
+            tables.current,
+            fallback,
+            same_columns([key]),
+            delete_when=sql.col("_none", "s").eq(sql.lit(True)),
+            update={c: sql.col(c, "s") for c in history.columns if c != key},
+        )
+        quarantined = failed.select(
+            F.lit(flow.name).alias("flow"),
+            F.col(SOURCE).alias("source"),
+            F.col(SOURCE_REF).alias("source_ref"),
+            F.to_json(F.struct(*flow.columns)).alias("raw_payload"),
+            F.col(FAILED)[0].alias("rule"),
+            F.array_join(F.col(FAILED), ",").alias("rules"),
+            F.col(flow.business_date).cast("date").alias("business_date"),
+            F.lit(f"reapply:v{version}").alias("batch_id"),
+            F.current_timestamp().alias("quarantined_at"),
+        )
+        ensure_table(spark, tables.quarantine, QUARANTINE_SCHEMA)
+        merge_into(
+            tables.quarantine, quarantined, same_columns(["flow", "source_ref", "rule"]), insert="*"
+        )
+        merge_into(tables.history, gone, same_columns([key, ver]), delete_when=sql.TRUE)
+        return moved, fell_back
+    finally:
+        failed.unpersist()

@@ -195,7 +195,8 @@ class PlanRequest(JobRequest):
 @dataclass(frozen=True)
 class EvolveRequest(JobRequest):
     """Apply the flow's plan to both layers and record the new version (``streamshift
-    evolve``)."""
+    evolve``); ``reapply``: history checked again by the changed rules."""
 
     kind: ClassVar[str] = "evolve"
     flow: str
+    reapply: bool = False

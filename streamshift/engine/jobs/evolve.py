@@ -35,4 +35,4 @@ def run_plan(spark: SparkSession, context: JobContext, request: PlanRequest) -> 
 
 
 def run_evolve(spark: SparkSession, context: JobContext, request: EvolveRequest) -> EvolveResult:
-    return evolve(spark, context.settings, context.flow)
+    return evolve(spark, context.settings, context.flow, reapply=request.reapply)
