@@ -320,3 +320,27 @@ def test_the_stream_across_an_added_column_loses_and_doubles_nothing(
     venues = {r["trade_id"]: r["venue"] for r in read(spark, stream.tables.current).collect()}
     assert venues == {"S0": "XNYS", "S1": None, "S2": None, "S3": None, "S4": None,
                       "S5": "BATS", "S6": "XLON"}  # fmt: skip
+
+
+@pytest.mark.spark
+def test_serve_rebuilds_its_state_when_the_view_changed(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`serve` keeps a view in a checkpoint's state store: under the view's same logic the
+    checkpoint is kept; under a changed view (a measure added) it is moved aside, so the
+    query builds its state again from the topic (as any new checkpoint does)."""
+    from pyspark.sql.types import LongType
+
+    from flows.trades import FLOW, POSITION_KEY, POSITION_MEASURES
+    from streamshift.engine.jobs.serve import VIEW_MARKER, rebuild_if_changed
+    from streamshift.spec.flow import Measure, View
+
+    checkpoint = tmp_path / "trades-serve-positions"
+    rebuild_if_changed(spark, FLOW, FLOW.views[0], str(checkpoint))
+    (checkpoint / "offsets").mkdir()  # what the query left
+    rebuild_if_changed(spark, FLOW, FLOW.views[0], str(checkpoint))
+    assert (checkpoint / "offsets").is_dir()  # the same logic: kept
+    measures = (*POSITION_MEASURES, Measure("quantity", LongType(), "quantity"))
+    changed = dataclasses.replace(FLOW, views=(View.additive("positions", POSITION_KEY, measures),))
+    rebuild_if_changed(spark, changed, changed.views[0], str(checkpoint))
+    assert not (checkpoint / "offsets").exists() and (checkpoint / VIEW_MARKER).is_file()
+    [aside] = [p for p in tmp_path.iterdir() if p.name.startswith("trades-serve-positions.before-")]
+    assert (aside / "offsets").is_dir()

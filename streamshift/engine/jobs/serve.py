@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -386,6 +387,32 @@ def phases(progress: Any) -> dict[str, float]:
     return seconds
 
 
+VIEW_MARKER = "streamshift-view.json"  # beside the checkpoint: the view logic its state holds
+
+
+def rebuild_if_changed(spark: SparkSession, flow: Flow, view: View, checkpoint: str) -> None:
+    """A checkpoint whose state a view's other logic built (``streamshift evolve`` changed
+    the view) is moved aside: the query then builds its state again from the topic's start
+    and publishes every group anew. The view's logic is its fingerprint's part
+    (:func:`streamshift.engine.versions.components`)."""
+    from streamshift.engine.versions import components
+
+    logic = components(spark, flow)["views"][view.name]
+    folder = Path(checkpoint)
+    marker = folder / VIEW_MARKER
+    if folder.is_dir() and marker.is_file() and json.loads(marker.read_text()) != logic:
+        aside = folder.with_name(f"{folder.name}.before-{time.strftime('%Y%m%dT%H%M%S')}")
+        shutil.move(str(folder), str(aside))
+        print(
+            f"[serve] the view {view.name} changed since its state was built: rebuilding it from "
+            f"the topic (the old checkpoint is kept at {aside})",
+            file=sys.stderr,
+            flush=True,
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps(logic, sort_keys=True))
+
+
 def checkpoint_path(settings: Settings, flow: Flow, view: View, engine: str = "jvm") -> str:
     """The query's checkpoint; each engine keeps its own (their state layouts differ)."""
     suffix = "" if engine == "jvm" else f"-{engine}"
@@ -452,6 +479,7 @@ def run_serve(
     view = additive_view(flow, view_name)
     checkpoint = checkpoint_path(settings, flow, view, engine)
     check_checkpoint(checkpoint, engine)
+    rebuild_if_changed(spark, flow, view, checkpoint)
     source_topic, out_topic = serve_topics(settings, flow, view, topic)
     # The state store: RocksDB, one partition (one state key). Fixed by the checkpoint's first
     # batch; set for the query's start and restored after, so a shared session keeps its own.
