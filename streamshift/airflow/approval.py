@@ -44,6 +44,21 @@ def approvers(configured: str, requester: str | None) -> list[str]:
     return [n for n in dict.fromkeys(names) if n != requester]
 
 
+def second_users(
+    operator: HITLOperator, settings: Settings, requester: str | None, what: str
+) -> list[str]:
+    """Assign ``operator``'s request to the approvers but ``requester``; who they are. None
+    left fails the task, saying what to set."""
+    who = approvers(settings.approvers, requester)
+    if not who:
+        raise AirflowFailException(
+            f"no approver other than {requester}: {what} needs a second user. Set "
+            "STREAMSHIFT_APPROVERS to users who may approve"
+        )
+    operator.assigned_users = [{"id": name, "name": name} for name in who]
+    return who
+
+
 def evidence_markdown(settings: Settings, request: PromoteRequest, now: str) -> str:
     """What the approver reads: the move, who asks and why, and the gate's evidence."""
 
@@ -94,13 +109,7 @@ class PromotionApproval(ApprovalOperator):
         if not needs_approval(now, request.to):
             self.log.info("%s → %s needs no approval", now, request.to)
             return request.to_json()
-        who = approvers(settings.approvers, request.by)
-        if not who:
-            raise AirflowFailException(
-                f"no approver other than {request.by}: a promotion to {request.to} needs a "
-                "second user. Set STREAMSHIFT_APPROVERS to users who may approve"
-            )
-        self.assigned_users = [{"id": name, "name": name} for name in who]
+        who = second_users(self, settings, request.by, f"a promotion to {request.to}")
         self.subject = f"Promote {request.flow} from {now} to {request.to}?"
         self.body = evidence_markdown(settings, request, now)
         self.response_timeout = dt.timedelta(minutes=settings.approval_timeout_minutes)
@@ -149,13 +158,7 @@ class EvolveApproval(ApprovalOperator):
             self.log.info("nothing to evolve: %s", plan)
             return request.to_json()
         requester = context["dag_run"].triggering_user_name
-        who = approvers(settings.approvers, requester)
-        if not who:
-            raise AirflowFailException(
-                f"no approver other than {requester}: a flow's change needs a second user. Set "
-                "STREAMSHIFT_APPROVERS to users who may approve"
-            )
-        self.assigned_users = [{"id": name, "name": name} for name in who]
+        second_users(self, settings, requester, "a flow's change")
         self.subject = f"Evolve {request.flow}?"
         self.body = f"**{requester}** asks to apply this change:\n\n```\n{plan}\n```"
         self.response_timeout = dt.timedelta(minutes=settings.approval_timeout_minutes)

@@ -536,19 +536,29 @@ Sundays at 03:00 UTC: for every table of the flow in both layers, compaction of 
     return dag
 
 
-def promote_dag(flows: list[str]) -> DAG:
-    """``streamshift_promote``: move a flow to another stage through the promotion gate."""
-
-    with DAG(
-        dag_id="streamshift_promote",
+def _migration_dag(dag_id: str, params: dict[str, Param], doc_md: str) -> DAG:
+    """A DAG a user triggers to change a flow, with a second user's approval on the way:
+    triggered only, and not retried (a change is one deliberate act). Runs do not queue behind
+    each other: one waiting for its approval does not hold up another flow's."""
+    return DAG(
+        dag_id=dag_id,
         schedule=None,
         start_date=START,
         catchup=False,
-        # Triggered only. Runs do not queue behind each other: one flow's promotion waiting for
-        # its approval does not hold up another's (the record re-checks the gate as it writes).
         is_paused_upon_creation=False,
         default_args={**DEFAULT_ARGS, "retries": 0},
         tags=["streamshift", "migration"],
+        params=params,
+        doc_md=doc_md,
+    )
+
+
+def promote_dag(flows: list[str]) -> DAG:
+    """``streamshift_promote``: move a flow to another stage through the promotion gate (the
+    record re-checks the gate as it writes, so promotions may run side by side)."""
+
+    with _migration_dag(
+        "streamshift_promote",
         params={
             "flow": Param(flows[0] if flows else None, type="string", enum=flows),
             "to": Param("shadow", type="string", enum=list(NAMES), description="the new stage"),
@@ -603,14 +613,8 @@ as `changed_by`; a rejection fails the run, recorded. The Migration page trigger
 
 def evolve_dag(flows: list[str]) -> DAG:
     """``streamshift_evolve``: a flow's change planned, approved by a second user, applied."""
-    with DAG(
-        dag_id="streamshift_evolve",
-        schedule=None,
-        start_date=START,
-        catchup=False,
-        is_paused_upon_creation=False,
-        default_args={**DEFAULT_ARGS, "retries": 0},
-        tags=["streamshift", "migration"],
+    with _migration_dag(
+        "streamshift_evolve",
         params={"flow": Param(flows[0] if flows else None, type="string", enum=flows)},
         doc_md="""
 ### Evolve a flow
