@@ -126,6 +126,19 @@ def components(spark: SparkSession, flow: Flow) -> dict[str, Any]:
     known = _COMPONENTS.get(id(flow))
     if known is not None and known[0] is flow:
         return known[1]
+    try:
+        found = _components(spark, flow)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise FlowChangedError(
+            f"flow {flow.name}: its code does not build on empty frames ({first}); fix the "
+            "flow's module (a column it names that no schema or reference table has?)"
+        ) from exc
+    _COMPONENTS[id(flow)] = (flow, found)
+    return found
+
+
+def _components(spark: SparkSession, flow: Flow) -> dict[str, Any]:
     empty_raw = spark.createDataFrame([], raw_schema(flow)).withColumn(SOURCE, F.lit(""))
     parsed = spark.createDataFrame([], empty_raw.transform(parse(flow)).schema)
     prepared = flow.prepare(parsed, empty_reference(spark, flow))
@@ -156,7 +169,6 @@ def components(spark: SparkSession, flow: Flow) -> dict[str, Any]:
             for v in flow.views
         },
     }
-    _COMPONENTS[id(flow)] = (flow, found)
     return found
 
 
