@@ -344,3 +344,14 @@ def test_serve_rebuilds_its_state_when_the_view_changed(spark, tmp_path: Path) -
     assert not (checkpoint / "offsets").exists() and (checkpoint / VIEW_MARKER).is_file()
     [aside] = [p for p in tmp_path.iterdir() if p.name.startswith("trades-serve-positions.before-")]
     assert (aside / "offsets").is_dir()
+
+
+@pytest.mark.spark
+def test_a_flow_whose_code_does_not_build_says_so_in_one_line(spark) -> None:  # type: ignore[no-untyped-def]
+    from flows.trades import FLOW
+    from streamshift.engine.versions import FlowChangedError, components
+
+    broken = dataclasses.replace(FLOW, prepare=lambda df, reference: df.select("no_such_column"))
+    with pytest.raises(FlowChangedError, match="its code does not build on empty frames") as got:
+        components(spark, broken)
+    assert "\n" not in str(got.value) and "no_such_column" in str(got.value)
