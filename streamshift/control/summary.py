@@ -155,7 +155,7 @@ def code_summary(settings: Settings, flow: str) -> dict[str, Any]:
     changed = bool(layers) and any(v["files"] and v["files"] != on_disk for v in layers.values())
     pending = (
         f"the flow's files changed since version {max(v['version'] for v in layers.values())} "
-        f"was recorded: `streamshift plan --flow {flow}` says what the change needs"
+        f"was recorded: run streamshift plan --flow {flow} to see what the change needs"
         if changed
         else None
     )
