@@ -195,9 +195,22 @@ def _over_old_inputs(spark: SparkSession, flow: Flow, old: dict[str, Any]) -> di
         _COMPONENTS.pop(id(as_before), None)
 
 
-def plan(spark: SparkSession, warehouse: Path, flow: Flow, layer: str) -> plans.Plan:
-    """What changed in ``layer`` since its recorded version (nothing recorded: no change)."""
-    recorded = records.deployed(warehouse, flow.name, layer)
+def plans_for(
+    spark: SparkSession,
+    warehouse: Path,
+    flow: Flow,
+    recorded: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, plans.Plan]:
+    """What changed in each layer since its recorded version (``recorded``: the layers'
+    records when the caller read them already)."""
+    held = records.deployed_layers(warehouse, flow.name) if recorded is None else recorded
+    return {layer: _plan(spark, flow, layer, held.get(layer)) for layer in LAYERS}
+
+
+def _plan(
+    spark: SparkSession, flow: Flow, layer: str, recorded: dict[str, Any] | None
+) -> plans.Plan:
+    """What changed in ``layer`` since ``recorded`` (nothing recorded: no change)."""
     if recorded is None:
         return plans.Plan(flow.name, layer, None, ())
     old = recorded["components"]
@@ -235,7 +248,7 @@ def files_of(flow: Flow) -> str:
 # ---- checking and recording -------------------------------------------------------------------
 # Per warehouse and flow: the flow object checked and the flow_versions commit it was checked at
 # (a stream asks before every batch: one listing of the log when nothing moved).
-_CHECKED: dict[tuple[str, str], tuple[Flow, int, str]] = {}
+_CHECKED: dict[tuple[str, str], tuple[Flow, int]] = {}
 
 
 def _record(
@@ -246,9 +259,8 @@ def _record(
     version: int,
     how: str,
     changes: str,
-    layers: tuple[str, ...] = LAYERS,
 ) -> None:
-    """One commit: ``version`` of ``flow`` recorded for ``layers``."""
+    """One commit: ``version`` of ``flow`` recorded for both layers."""
     path = ControlTables(warehouse).flow_versions
     ensure_table(spark, path, FLOW_VERSIONS_SCHEMA)
     rows = [
@@ -265,7 +277,7 @@ def _record(
             os_user(),
             None,
         )
-        for layer in layers
+        for layer in LAYERS
     ]
     # Not through commits.append: a control record, outside the write path's fault counting.
     frame = spark.createDataFrame(rows, FLOW_VERSIONS_SCHEMA)
@@ -288,23 +300,22 @@ def ensure_deployed(target: Target) -> None:
     if checked is not None and checked[0] is flow and checked[1] == log:
         return
     files = files_of(flow)
-    held = records.deployed_layers(warehouse, flow.name)
-    recorded = {layer: held.get(layer) for layer in LAYERS}
-    if files and all(r is not None and r["files"] == files for r in recorded.values()):
-        _CHECKED[key] = (flow, log, files)
+    known = records.deployed_layers(warehouse, flow.name)  # the layers recorded so far
+    every_layer = len(known) == len(LAYERS)
+    if files and every_layer and all(r["files"] == files for r in known.values()):
+        _CHECKED[key] = (flow, log)
         return
     found = components(spark, flow)
     mine = fingerprint(found)
-    known = {layer: r for layer, r in recorded.items() if r is not None}
     if not known:  # tables written before versions were recorded are brought to the code
         apply_in_place(spark, flow, warehouse)
         _record(spark, warehouse, flow, found, 1, FIRST_USE, "")
-    elif all(r["fingerprint"] == mine for r in known.values()) and len(known) == len(LAYERS):
+    elif every_layer and all(r["fingerprint"] == mine for r in known.values()):
         if files:  # the same code under changed files: recorded, so the next check is cheap
             version = max(r["version"] for r in known.values())
             _record(spark, warehouse, flow, found, version, SAME_CODE, "")
     else:
-        found_plans = [plan(spark, warehouse, flow, layer) for layer in known]
+        found_plans = list(plans_for(spark, warehouse, flow, known).values())
         changed = next((p for p in found_plans if p.changes), found_plans[0])
         if not all(p.in_place for p in found_plans):
             raise FlowChangedError(
@@ -318,7 +329,7 @@ def ensure_deployed(target: Target) -> None:
         _record(spark, warehouse, flow, found, version, how, changed.summary())
         if altered:
             _say(f"{flow.name}: applied in place ({changed.summary()}); now version {version}")
-    _CHECKED[key] = (flow, delta_log_version(spark, path), files)
+    _CHECKED[key] = (flow, delta_log_version(spark, path))
 
 
 def still_deployed(target: Target) -> bool:
@@ -336,7 +347,7 @@ def still_deployed(target: Target) -> bool:
     mine = fingerprint(components(spark, flow))
     if recorded["fingerprint"] != mine:
         return False
-    _CHECKED[key] = (flow, log, checked[2] if checked else "")
+    _CHECKED[key] = (flow, log)
     return True
 
 
@@ -439,7 +450,7 @@ def evolve(
     again by the changed rules first (:func:`reapply_rules`). Each step is idempotent, so a
     run killed part way is repaired by running it again."""
     warehouse = settings.warehouse
-    found_plans = {layer: plan(spark, warehouse, flow, layer) for layer in LAYERS}
+    found_plans = plans_for(spark, warehouse, flow)
     changed = next((p for p in found_plans.values() if p.changes), found_plans["batch"])
     recorded = [p.deployed for p in found_plans.values() if p.deployed is not None]
     if not changed.changes:

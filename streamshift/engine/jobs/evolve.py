@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from streamshift.control.plan import Plan
-from streamshift.engine.versions import EvolveResult, evolve, plan
-from streamshift.spec.catalog import LAYERS
+from streamshift.engine.versions import EvolveResult, evolve, plans_for
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -30,8 +29,8 @@ class PlanResult:
 
 
 def run_plan(spark: SparkSession, context: JobContext, request: PlanRequest) -> PlanResult:
-    warehouse = context.settings.warehouse
-    return PlanResult(tuple(plan(spark, warehouse, context.flow, layer) for layer in LAYERS))
+    found = plans_for(spark, context.settings.warehouse, context.flow)
+    return PlanResult(tuple(found.values()))
 
 
 def run_evolve(spark: SparkSession, context: JobContext, request: EvolveRequest) -> EvolveResult:
