@@ -280,10 +280,11 @@ def test_a_new_days_views_come_from_the_batch_unless_another_writer_commits_mean
     day2 = [trade(f"u{i}", 1, quantity=100 + i) for i in range(4)]
     interfered: list[bool] = []
     history_in = threading.Event()  # the stream's history write must not race day 2's
-    real_merge_history = batches_module._merge_history
+    history_step = "_merge_history" if large else "_append_history"
+    real_history = getattr(batches_module, history_step)
 
-    def merge_history(*args):  # type: ignore[no-untyped-def]
-        real_merge_history(*args)
+    def history_written(*args):  # type: ignore[no-untyped-def]
+        real_history(*args)
         history_in.set()
 
     def interfering_merge_view(spark_, view, live, *args):  # type: ignore[no-untyped-def]
@@ -295,7 +296,7 @@ def test_a_new_days_views_come_from_the_batch_unless_another_writer_commits_mean
         return merge_view(spark_, view, live, *args)
 
     merges.clear()
-    monkeypatch.setattr(batches_module, "_merge_history", merge_history)
+    monkeypatch.setattr(batches_module, history_step, history_written)
     monkeypatch.setattr(views_module, "_merge_view", interfering_merge_view)
     second = apply_changes(FLOW, frame(spark, day2), "eod", target)
     assert second.views_from == "batch, then table"
@@ -347,7 +348,7 @@ def test_an_apply_run_again_after_a_conflict_counts_the_rows_its_first_attempt_c
 
     if large:
         monkeypatch.setattr(apply_module, "PRUNE_KEYS_BELOW", 0)
-    history_step = "_merge_history" if large else "_insert_history"
+    history_step = "_merge_history" if large else "_append_history"
     real_history, real_current = getattr(batches_module, history_step), apply_module._merge_current
     current_in = threading.Event()
     calls: list[str] = []
@@ -543,3 +544,60 @@ def test_a_version_history_holds_with_other_content_is_quarantined_not_dropped( 
     assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (125, 3)}
     # b's identical copy is a later delivery of its v1; a's conflicting one is in quarantine
     assert redeliveries(spark, target) == [("b", 1, "later.csv:3")]
+
+
+@pytest.mark.parametrize("other", ["small", "large"])
+def test_a_version_appended_beside_another_writers_copy_stays_once_in_history(  # type: ignore[no-untyped-def]
+    spark, target, monkeypatch, other
+) -> None:
+    """A small batch appends the versions its read of history did not find. Another writer
+    (an EOD load of the same layer, small or large) stores one of them between that read and
+    the append: the append's check finds the log moved, and history keeps one copy of each
+    version, the earlier applied, the other as a redelivery; a second copy left by a writer that died before its check is
+    removed by the next batch that reads the key. Current state and the view count it once."""
+    from pyspark.sql import functions as F
+
+    from streamshift.engine.write import apply as apply_module
+    from streamshift.engine.write import batches as batches_module
+    from streamshift.engine.write.commits import append
+
+    real_history_of = batches_module._history_of
+    interfered: list[bool] = []
+
+    def history_then_another_writer(*args):  # type: ignore[no-untyped-def]
+        known = real_history_of(*args)
+        if not interfered:  # once: the other writer's own apply comes through here too
+            interfered.append(True)
+            if other == "large":
+                monkeypatch.setattr(apply_module, "PRUNE_KEYS_BELOW", 0)
+            eod = [trade("x", 1, quantity=5, ref="day.csv:2")]
+            apply_changes(FLOW, frame(spark, eod), "eod", target)
+            monkeypatch.setattr(apply_module, "PRUNE_KEYS_BELOW", 2_000)
+        return known
+
+    monkeypatch.setattr(batches_module, "_history_of", history_then_another_writer)
+    stream = [trade("x", 1, quantity=5, ref="trades:0:7"), trade("y", 1, quantity=3)]
+    apply_changes(FLOW, frame(spark, stream), "stream", target)
+    assert history(spark, target) == [("x", 1), ("y", 1)]
+    kept = read(spark, target.tables.history).where("trade_id = 'x'").collect()
+    # the earlier applied stays (the stream stamped its batch before the load began); the
+    # other is a later delivery of the version
+    assert [r._source_ref for r in kept] == ["trades:0:7"]
+    assert ("x", 1, "day.csv:2") in redeliveries(spark, target)
+    assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (5 + 3, 2)}
+
+    # A copy left behind (a writer killed between its append and its check): the next
+    # batch that reads the key removes the later one before it decides what is new.
+    monkeypatch.setattr(batches_module, "_history_of", real_history_of)
+    copy = read(spark, target.tables.history).where("trade_id = 'y'")
+    later = copy.withColumn("_applied_at", copy._applied_at + F.expr("INTERVAL 1 SECOND"))
+    append(later.withColumn("_source_ref", F.lit("left:behind")), target.tables.history)
+    assert history(spark, target) == [("x", 1), ("y", 1), ("y", 1)]
+    again = [trade("y", 2, event="AMEND", quantity=4)]
+    apply_changes(FLOW, frame(spark, again), "stream", target)
+    assert history(spark, target) == [("x", 1), ("y", 1), ("y", 2)]
+    assert "left:behind" not in {
+        r._source_ref for r in read(spark, target.tables.history).collect()
+    }
+    assert ("y", 1, "left:behind") in redeliveries(spark, target)
+    assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (5 + 4, 2)}

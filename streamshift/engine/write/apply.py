@@ -5,8 +5,9 @@ from — and:
 
 1. parses and validates them; rejected rows go to ``quarantine`` with the rule's name;
 2. runs the flow's ``prepare`` on the rest (reference joins, derived columns);
-3. appends every accepted version to ``<flow>_history`` (insert-only by key and version,
-   so a replayed batch adds nothing), and every later delivery of a version (a re-sent
+3. adds every accepted version to ``<flow>_history`` once (by key and version, so a replayed
+   batch adds nothing: a small batch appends the versions its read of history did not find,
+   a large one MERGEs), and every later delivery of a version (a re-sent
    message, a line repeated in a file) to ``<flow>_redeliveries``, so a trace lists them;
 4. MERGEs the highest version per key into the current-state table, only where it is
    higher than the stored one (equal = no-op: replays and duplicates change nothing);

@@ -7,9 +7,9 @@ to history beside), which rows to record as late.
 
 * :class:`SmallBatch` (a micro-batch, a correction: fewer than ``PRUNE_KEYS_BELOW`` accepted
   rows) collects its keys and the history of those keys once: that one read gives both the
-  touched groups and the versions history already holds, so only the new ones go to history's
-  MERGE, which reads just their keys' files; MERGE conditions carry the keys as literal lists
-  (Delta prunes files by their statistics); late events are appended.
+  touched groups and the versions history already holds, so only the new ones are appended
+  to history (checked after its commit for another writer's copy); MERGE conditions carry the
+  keys as literal lists (Delta prunes files by their statistics); late events are appended.
 * :class:`LargeBatch` (a day's file) keeps its keys in Spark: the counting pass gave its groups,
   dates and key range, history is MERGEd and joined within that range.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Protocol
 
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 
 from streamshift.engine.write.commits import append, merge_into
@@ -34,11 +34,11 @@ from streamshift.engine.write.predicates import (
     within,
 )
 from streamshift.engine.write.steps import Steps
-from streamshift.engine.write.target import is_little, read
+from streamshift.engine.write.target import delta_log_version, ensure_table, is_little, read
 from streamshift.engine.write.transforms import EOD_SOURCES, REPLACEMENT_SOURCE, content_hash
 from streamshift.spec import sqltext as sql
 from streamshift.spec.catalog import LATE_EVENTS_SCHEMA, LayerTables
-from streamshift.spec.contract import SOURCE
+from streamshift.spec.contract import APPLIED_AT, SOURCE, SOURCE_REF
 from streamshift.spec.flow import Flow
 from streamshift.spec.sqltext import Sql
 
@@ -112,10 +112,19 @@ class SmallBatch:
     ) -> tuple[set[Group], set[Pair], list[Pair] | bool]:
         flow, key, version = self.flow, self.flow.key, self.flow.version
         group_columns = flow.group_columns
+        # History's log version before it is read: had only this batch's append committed
+        # after it, no other writer can have stored one of the versions it reads as new.
+        read_at = delta_log_version(self.spark, self.tables.history)
         known = steps.run(
             "touched", _history_of, self.spark, flow, self.tables, self.keys, group_columns
         )
         stored = {self._identity(r): r[CONTENT] for r in known}
+        if len(stored) < len(known):
+            # A version held twice: an append that raced another writer's commit and died
+            # before it removed its copy. Repaired before anything else reads it.
+            steps.run(
+                "history repair", _drop_second_copies, self.spark, flow, self.tables, self.keys
+            )
         conflicts = {
             (r[key], r[version])
             for r in self.incoming
@@ -135,7 +144,14 @@ class SmallBatch:
         new = [r for r in self.incoming if self._identity(r) not in stored]
         if new:
             steps.submit(
-                "history", _insert_history, self.spark, flow, self.versions, self.tables, new
+                "history",
+                _append_history,
+                self.spark,
+                flow,
+                self.versions,
+                self.tables,
+                new,
+                read_at,
             )
         touched = {tuple(r[c] for c in group_columns) for r in [*known, *self.incoming]}
         return touched, conflicts, resent
@@ -220,14 +236,14 @@ class LargeBatch:
 def _merge_history(
     spark: SparkSession, flow: Flow, versions: DataFrame, tables: LayerTables, narrowed: Sql
 ) -> None:
-    """Step 3: every accepted version, once (insert-only MERGE on key and version).
+    """Step 3 for a large batch: every accepted version, once (insert-only MERGE on key and
+    version).
 
     ``narrowed`` limits the history the MERGE reads to what the versions can match (a key
-    range, or the keys and dates of a small batch): a join on the key implies it, and Delta
-    skips every file outside it. Not a plain append, which is blind: two writers holding the
-    same version (in stage ``stream`` the EOD correction and the stream job) would both add
-    it. The MERGE reads the files it could match, so Delta refuses the second commit and the
-    apply runs again.
+    range): a join on the key implies it, and Delta skips every file outside it. The MERGE
+    reads the files it could match, so of two writers holding the same version Delta refuses
+    the second commit and the apply runs again (a small batch appends instead and checks
+    after: :func:`_append_history`).
     """
     on = (
         same_columns([flow.key, flow.version])
@@ -237,17 +253,55 @@ def _merge_history(
     merge_into(tables.history, versions, on, insert="*")
 
 
-def _insert_history(
-    spark: SparkSession, flow: Flow, versions: DataFrame, tables: LayerTables, new: list[Row]
+def _append_history(
+    spark: SparkSession,
+    flow: Flow,
+    versions: DataFrame,
+    tables: LayerTables,
+    new: list[Row],
+    read_at: int,
 ) -> None:
-    """Step 3 for a small batch: the versions history did not hold when it was read, MERGEd
-    on their keys and dates only."""
-    key, version, bd = flow.key, flow.version, flow.business_date
+    """Step 3 for a small batch: append the versions history did not hold when it was read
+    (at log version ``read_at``).
+
+    An append, not the insert-only MERGE (which costs a second more: bench/delta_floor.py),
+    because the batch has just read which of its versions are new. A plain append is blind,
+    though: another writer (an EOD load of the same layer, a replay) may have stored some of
+    them after the read. When history's log moved by more than this append's commit, the
+    batch's keys are read again and any version now held twice loses its later copy
+    (:func:`_drop_second_copies` moves it to the redeliveries): each version stays once in
+    history whatever the writers,
+    and a writer that dies between the two commits leaves the repair to the next batch that
+    reads those keys (:meth:`SmallBatch.look_up`)."""
+    key, version = flow.key, flow.version
     rows = by_key_version(flow, versions, {(r[key], r[version]) for r in new}, "left_semi")
-    keys = sorted({r[key] for r in new})
-    dates = sorted({r[bd] for r in new})
-    narrowed = sql.col(bd, "t").isin(dates) & sql.col(key, "t").isin(keys)
-    _merge_history(spark, flow, rows, tables, narrowed)
+    append(rows, tables.history)
+    if delta_log_version(spark, tables.history) != read_at + 1:
+        _drop_second_copies(spark, flow, tables, sorted({r[key] for r in new}))
+
+
+def _drop_second_copies(
+    spark: SparkSession, flow: Flow, tables: LayerTables, keys: list[object]
+) -> None:
+    """Move every copy of a version of ``keys`` after its first in history (the earliest
+    applied, then the lowest delivery) to the redeliveries, where a later delivery belongs:
+    what two writers' blind appends of one version leave. Every writer that finds the pair
+    moves the same copy, so none moves both."""
+    key, version = flow.key, flow.version
+    identity = [key, version, synthetic().column().alias("_synthetic")]
+    first = Window.partitionBy(*identity).orderBy(F.col(APPLIED_AT), F.col(SOURCE_REF))
+    stored = read(spark, tables.history)
+    copies = stored.where(F.col(key).isin(keys)).withColumn("_n", F.row_number().over(first))
+    rows = copies.where(F.col("_n") > 1).drop("_n").collect()
+    if not rows:
+        return
+    later = spark.createDataFrame(rows, stored.schema)
+    ensure_table(spark, tables.redeliveries, stored.schema, (flow.business_date,))
+    same = same_columns([key, version, APPLIED_AT]) & sql.col(SOURCE_REF, "t").eq_null_safe(
+        sql.col(SOURCE_REF, "s")
+    )
+    merge_into(tables.redeliveries, later, same, insert="*")
+    merge_into(tables.history, later, same, delete_when=sql.TRUE)
 
 
 def _history_of(
