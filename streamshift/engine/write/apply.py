@@ -42,6 +42,7 @@ from streamshift.engine.write.predicates import (
     by_key_version,
     delivered,
     same_columns,
+    same_delivery,
     synthetic,
     within,
 )
@@ -69,7 +70,6 @@ from streamshift.spec.catalog import LayerTables
 from streamshift.spec.contract import (
     APPLIED_AT,
     FAILED,
-    LOG_REF,
     RAW,
     SOURCE,
     SOURCE_REF,
@@ -523,10 +523,7 @@ def _record_redeliveries(
     if conflicts:
         rows = by_key_version(flow, rows, conflicts, "left_anti")
     ensure_table(spark, tables.redeliveries, state_schema(spark, flow), (flow.business_date,))
-    same_delivery = sql.coalesce(sql.col(LOG_REF, "t"), sql.col(SOURCE_REF, "t")).eq(
-        sql.coalesce(sql.col(LOG_REF, "s"), sql.col(SOURCE_REF, "s"))
-    )
-    on = same_columns([key, version]) & same_delivery & within(key, key_range, "t")
+    on = same_columns([key, version]) & same_delivery() & within(key, key_range, "t")
     merge_into(tables.redeliveries, rows, on, insert="*")
 
 

@@ -30,11 +30,18 @@ from streamshift.engine.write.predicates import (
     delivered,
     isin,
     same_columns,
+    same_delivery,
     synthetic,
     within,
 )
 from streamshift.engine.write.steps import Steps
-from streamshift.engine.write.target import delta_log_version, ensure_table, is_little, read
+from streamshift.engine.write.target import (
+    delta_log_version,
+    ensure_table,
+    is_little,
+    read,
+    state_schema,
+)
 from streamshift.engine.write.transforms import EOD_SOURCES, REPLACEMENT_SOURCE, content_hash
 from streamshift.spec import sqltext as sql
 from streamshift.spec.catalog import LATE_EVENTS_SCHEMA, LayerTables
@@ -270,9 +277,8 @@ def _append_history(
     them after the read. When history's log moved by more than this append's commit, the
     batch's keys are read again and any version now held twice loses its later copy
     (:func:`_drop_second_copies` moves it to the redeliveries): each version stays once in
-    history whatever the writers,
-    and a writer that dies between the two commits leaves the repair to the next batch that
-    reads those keys (:meth:`SmallBatch.look_up`)."""
+    history whatever the writers, and a writer that dies between the two commits leaves the
+    repair to the next batch that reads those keys (:meth:`SmallBatch.look_up`)."""
     key, version = flow.key, flow.version
     rows = by_key_version(flow, versions, {(r[key], r[version]) for r in new}, "left_semi")
     append(rows, tables.history)
@@ -296,12 +302,14 @@ def _drop_second_copies(
     if not rows:
         return
     later = spark.createDataFrame(rows, stored.schema)
-    ensure_table(spark, tables.redeliveries, stored.schema, (flow.business_date,))
-    same = same_columns([key, version, APPLIED_AT]) & sql.col(SOURCE_REF, "t").eq_null_safe(
+    ensure_table(spark, tables.redeliveries, state_schema(spark, flow), (flow.business_date,))
+    pair = same_columns([key, version])
+    merge_into(tables.redeliveries, later, pair & same_delivery(), insert="*")
+    # the very copy: its stamp and delivery (the first copy has another of either)
+    copy = same_columns([APPLIED_AT]) & sql.col(SOURCE_REF, "t").eq_null_safe(
         sql.col(SOURCE_REF, "s")
     )
-    merge_into(tables.redeliveries, later, same, insert="*")
-    merge_into(tables.history, later, same, delete_when=sql.TRUE)
+    merge_into(tables.history, later, pair & copy, delete_when=sql.TRUE)
 
 
 def _history_of(

@@ -49,6 +49,14 @@ def within(column: str, key_range: tuple[object, object], alias: str = "") -> Sq
     return sql.col(column, alias).between(low, high)
 
 
+def same_delivery() -> Sql:
+    """Target ``t`` and source ``s`` are one delivery (see ``DELIVERED``): a redelivery's
+    identity beside its key and version."""
+    return sql.coalesce(sql.col(LOG_REF, "t"), sql.col(SOURCE_REF, "t")).eq(
+        sql.coalesce(sql.col(LOG_REF, "s"), sql.col(SOURCE_REF, "s"))
+    )
+
+
 def delivered() -> Column:
     """A stored or incoming version's delivery (see ``DELIVERED``)."""
     return F.coalesce(F.col(LOG_REF), F.col(SOURCE_REF))
