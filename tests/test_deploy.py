@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from streamshift.spec.scaffold import TEMPLATE, init_project, kit_version, render
 from streamshift.spec.settings import load_settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,8 +72,9 @@ def _hostport(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def problems(doc: dict[str, Any]) -> list[str]:
-    """Everything wrong with a parsed compose document; empty when it is right."""
+def problems(doc: dict[str, Any], root: Path = REPO) -> list[str]:
+    """Everything wrong with a parsed compose document of the project at ``root`` (the kit's
+    repository: its example project); empty when it is right."""
     import jsonschema
 
     found = [
@@ -89,13 +91,13 @@ def problems(doc: dict[str, Any]) -> list[str]:
             found.append(f"{name}: image {image!r} is not pinned to a version")
         if "build" in svc:
             build = svc["build"]
-            context = REPO / build.get("context", ".")
+            context = root / build.get("context", ".")
             if not (context / build.get("dockerfile", "Dockerfile")).is_file():
                 found.append(f"{name}: build {build} has no Dockerfile in the repo")
         for volume in svc.get("volumes", []):
             source = volume.split(":", 1)[0] if isinstance(volume, str) else volume["source"]
             if source.startswith((".", "/")):
-                if not (REPO / source).exists():
+                if not (root / source).exists():
                     found.append(f"{name}: mounted path {source} does not exist in the repo")
             elif source not in named_volumes:
                 found.append(f"{name}: volume {source} is not declared")
@@ -176,9 +178,11 @@ def problems(doc: dict[str, Any]) -> list[str]:
             points_at(name, "execution API", url.hostname or "", url.port or 80, api, api_port)
         streamshift = {k: v for k, v in env.items() if k.startswith("STREAMSHIFT_")}
         if streamshift and streamshift.get("STREAMSHIFT_PROJECT") != "/app":
-            found.append(f"{name}: STREAMSHIFT_PROJECT is not the image's copy of the repo, /app")
-        if "STREAMSHIFT_PROJECT" in streamshift:  # /app in the image is this repository
-            streamshift["STREAMSHIFT_PROJECT"] = str(REPO)
+            found.append(
+                f"{name}: STREAMSHIFT_PROJECT is not the image's copy of the project, /app"
+            )
+        if "STREAMSHIFT_PROJECT" in streamshift:  # /app in the image is the project at root
+            streamshift["STREAMSHIFT_PROJECT"] = str(root)
         try:
             load_settings(streamshift)
         except Exception as exc:  # noqa: BLE001 - the message is the finding
@@ -282,3 +286,46 @@ def test_the_compose_file_holds_no_secret(compose) -> None:  # type: ignore[no-u
         "environment"
     ] = {**_env(leaky["services"]["postgres"]), "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url}
     assert len(secrets_in(leaky)) >= 2
+
+
+def test_the_kits_compose_file_is_the_one_init_writes_for_its_example_project() -> None:
+    words = {"__NAME__": "streamshift", "__IMAGE_TAG__": kit_version()}
+    assert COMPOSE.read_text() == render((TEMPLATE / "docker-compose.yml.tmpl").read_text(), words)
+    assert (REPO / ".env.example").read_text() == (TEMPLATE / "env.example.tmpl").read_text()
+
+
+def test_a_project_from_init_builds_its_own_image_with_the_kit_as_a_dependency(
+    tmp_path: Path,
+) -> None:
+    """A team's image: the project's own Dockerfile and compose file, the kit and every package
+    from the project's requirements.lock (the kit's lock and the kit's pin)."""
+    project = tmp_path / "payments-team"
+    init_project(project)
+    doc = yaml.safe_load((project / "docker-compose.yml").read_text())
+    assert problems(doc, project) == []
+    assert {s["image"] for s in doc["services"].values() if "build" in s} == {"payments_team:0.1.0"}
+    # The checks look at the project, not the kit: a mount of a folder the project lacks fails.
+    broken = copy.deepcopy(doc)
+    broken["services"]["airflow-scheduler"]["volumes"] = ["./jvm:/x"]
+    assert any("./jvm does not exist" in p for p in problems(broken, project))
+
+    dockerfile = (project / "Dockerfile").read_text()
+    bases = re.findall(r"^FROM\s+(\S+)", dockerfile, re.MULTILINE)
+    assert bases and all(re.search(r":\d[\w.\-]*$", b) for b in bases), bases
+    for source in re.findall(r"^COPY\s+(\S+)\s", dockerfile, re.MULTILINE):
+        assert source == "." or (project / source).exists(), source
+    assert "uv pip sync" in dockerfile and "requirements.lock" in dockerfile
+    assert ".venv/bin/streamshift setup" in dockerfile  # the jars at build time, not run time
+    assert "STREAMSHIFT_PROJECT=/app" in dockerfile
+    uv = re.search(r"^UV_VERSION=(\S+)$", (REPO / "scripts" / "setup").read_text(), re.MULTILINE)
+    assert uv and f"uv=={uv.group(1)}" in dockerfile  # the uv the kit's own set-up uses
+
+    pinned = (project / "requirements.lock").read_text().splitlines()
+    kit_lock = [
+        line for line in (REPO / "requirements.lock").read_text().splitlines()
+        if re.match(r"^[A-Za-z0-9]", line)
+    ]  # fmt: skip
+    assert kit_lock and set(kit_lock) <= set(pinned)
+    assert f"streamshift=={kit_version()}" in pinned
+    assert ".env" in (project / ".gitignore").read_text().split()
+    assert (project / ".env.example").read_text() == (REPO / ".env.example").read_text()

@@ -143,6 +143,10 @@ def test_a_team_installs_the_kit_and_runs_its_own_project(
     project = tmp_path / "payments-team"
     _run([cli, "init", str(project)], tmp_path, env)
     assert (project / "streamshift.toml").is_file() and (project / "dags").is_dir()
+    # Its image builds from its own lock: the kit's lock (carried by the wheel) and the kit.
+    lock = (project / "requirements.lock").read_text().splitlines()
+    assert "streamshift==0.1.0" in lock and "pyspark==4.2.0" in lock, lock[:5]
+    assert (project / "Dockerfile").is_file() and (project / "docker-compose.yml").is_file()
     refused = subprocess.run([cli, "init", str(project)], cwd=tmp_path, env=env,
                              capture_output=True, text=True, check=False)  # fmt: skip
     assert refused.returncode == 2 and "not an empty folder" in refused.stderr

@@ -1,6 +1,8 @@
 """``streamshift init DIR``: a team's project, written from the kit's template
 (``streamshift/scaffold``: each ``*.tmpl`` file is written without its suffix, its
-``__NAME__``, ``__FLOWS__`` and ``__KIT__`` filled in)."""
+``__NAME__``, ``__FLOWS__``, ``__KIT__`` and ``__IMAGE_TAG__`` filled in), and its
+``requirements.lock``: the kit's own lock and the kit's pin, which the project's image builds
+from (``Dockerfile``, ``docker-compose.yml``)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,14 @@ from pathlib import Path
 
 from streamshift.spec.errors import StreamshiftError
 
-TEMPLATE = Path(__file__).resolve().parents[1] / "scaffold"
+PACKAGE = Path(__file__).resolve().parents[1]
+TEMPLATE = PACKAGE / "scaffold"
+# The kit's lock: the wheel carries it (setup.py copies it in); a checkout has it at its root.
+LOCKS = (PACKAGE / "requirements.lock", PACKAGE.parent / "requirements.lock")
+# Files whose names git or Docker want dotted; the template keeps them visible.
+DOTTED = {"gitignore.tmpl": ".gitignore.tmpl", "env.example.tmpl": ".env.example.tmpl"}
+# The first version of a project's image (docker-compose.yml); the team raises it.
+IMAGE_TAG = "0.1.0"
 FLOWS = "flows"
 # Folders Great Expectations' stores expect; git keeps them by a placeholder.
 EMPTY = ("expectations/gx/expectations", "expectations/gx/checkpoints",
@@ -31,6 +40,45 @@ def kit_pin() -> str:
     return f">={major}.{minor},<{major}.{minor + 1}"
 
 
+def kit_version() -> str:
+    try:
+        return version("streamshift")
+    except PackageNotFoundError:  # pragma: no cover - the kit always runs installed
+        return "0"
+
+
+def project_lock() -> str:
+    """A project's ``requirements.lock``: the kit's lock, every package pinned as the kit was
+    tested with, and the kit itself."""
+    kit_lock = next((p for p in LOCKS if p.is_file()), None)
+    if kit_lock is None:
+        raise InitError(
+            "this installation of the kit carries no requirements.lock: reinstall the kit from "
+            "its wheel (`uv build --wheel` in its repository)"
+        )
+    return (
+        "# The packages this project runs with: the streamshift kit's own lock, and the kit.\n"
+        "# Install with `uv pip sync requirements.lock` (add `--find-links wheels` when the kit's\n"
+        "# wheel is in wheels/); the image (Dockerfile) does the same.\n"
+        f"{_without_header(kit_lock.read_text(encoding='utf-8'))}\n"
+        f"streamshift=={kit_version()}\n    # the kit\n"
+    )
+
+
+def _without_header(lock: str) -> str:
+    """The lock's packages, without the comment that says how the kit's lock was compiled."""
+    lines = lock.strip().splitlines()
+    while lines and lines[0].startswith("#"):
+        lines.pop(0)
+    return "\n".join(lines)
+
+
+def render(template: str, words: dict[str, str]) -> str:
+    for word, value in words.items():
+        template = template.replace(word, value)
+    return template
+
+
 def project_name(folder: Path, name: str | None) -> str:
     chosen = name or folder.name
     slug = re.sub(r"[^a-z0-9]+", "_", chosen.lower()).strip("_")
@@ -48,26 +96,22 @@ def init_project(folder: Path, name: str | None = None) -> list[Path]:
             "empty or new folder, never over files"
         )
     slug = project_name(folder, name)
-    words = {"__NAME__": slug, "__FLOWS__": FLOWS, "__KIT__": kit_pin()}
+    words = {"__NAME__": slug, "__FLOWS__": FLOWS, "__KIT__": kit_pin(), "__IMAGE_TAG__": IMAGE_TAG}
+    lock = project_lock()
     written = []
     for source in sorted(p for p in TEMPLATE.rglob("*") if p.is_file()):
         relative = source.relative_to(TEMPLATE).as_posix()
         if "__pycache__" in relative:
             continue
-        if relative == "gitignore.tmpl":
-            relative = ".gitignore.tmpl"
-        for word, value in words.items():
-            relative = relative.replace(word, value)
-        target = folder / relative.removesuffix(".tmpl")
+        target = folder / render(DOTTED.get(relative, relative), words).removesuffix(".tmpl")
         target.parent.mkdir(parents=True, exist_ok=True)
         if source.suffix == ".tmpl":
-            text = source.read_text(encoding="utf-8")
-            for word, value in words.items():
-                text = text.replace(word, value)
-            target.write_text(text, encoding="utf-8")
+            target.write_text(render(source.read_text(encoding="utf-8"), words), encoding="utf-8")
         else:
             target.write_bytes(source.read_bytes())
         written.append(target)
+    (folder / "requirements.lock").write_text(lock, encoding="utf-8")
+    written.append(folder / "requirements.lock")
     for empty in EMPTY:
         keep = folder / empty / ".gitkeep"
         keep.parent.mkdir(parents=True, exist_ok=True)
