@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from streamshift.local.airflow import LocalAirflow
 from streamshift.spec.settings import REPO_ROOT, load_settings
 from streamshift.store.processes import free_port
 from tests.airflow_support import migrated_airflow
@@ -78,11 +79,6 @@ def _oracle(*files: Path, below: Decimal | None = None) -> dict[str, tuple[int, 
             out[row["merchant"]][0] += 1
             out[row["merchant"]][1] += Decimal(row["amount"])
     return {m: (c, a) for m, (c, a) in out.items()}
-
-
-def _json(text: str) -> list[dict]:
-    """The JSON an Airflow command prints after its log lines."""
-    return json.loads(text[text.index("\n[") + 1 :] if not text.startswith("[") else text)
 
 
 def _shown(text: str) -> dict[str, tuple[int, Decimal]]:
@@ -221,15 +217,25 @@ def _load_stream_and_list(cli: str, project: Path, env: dict[str, str], venv: st
                      "stream", "--date", day2, "--format", "csv", "--limit", "0"], project, env)  # fmt: skip
     assert _shown(streamed) == _oracle(events, below=Decimal(400))
 
-    # Airflow from the project's folder: its DAGs, the kit's plugin by its entry point.
-    settings = load_settings({"STREAMSHIFT_PROJECT": str(project)}, home=project / "var")
-    migrated_airflow(settings)
-    listed = _json(_run([cli, "airflow", "cli", "dags", "list", "--local", "-o", "json"],
-                        project, env))  # fmt: skip
-    dag_ids = {d["dag_id"] for d in listed}
+    # Airflow started from the project's folder: its DAGs, the kit's plugin by its entry point.
+    port = free_port()
+    settings = load_settings(
+        {"STREAMSHIFT_PROJECT": str(project)}, home=project / "var", airflow_port=port
+    )
+    migrated_airflow(settings)  # the suite's migrated database, copied: `up` migrates nothing
+    with_port = {**env, "STREAMSHIFT_AIRFLOW_PORT": str(port)}
+    try:
+        _run([cli, "airflow", "up"], project, with_port)
+        client = LocalAirflow(settings).client()
+        for dag_id in ("eod_payments", "eod_refunds", "stream_supervisor"):
+            client.wait_for_dag(dag_id)
+        dag_ids = {d["dag_id"] for d in client.get("/api/v2/dags?limit=100")["dags"]}
+        plugins = client.get("/api/v2/plugins")["plugins"]
+    finally:
+        subprocess.run([cli, "airflow", "down"], cwd=project, env=with_port, timeout=120,
+                       capture_output=True, check=False)  # fmt: skip
     assert {"eod_payments", "eod_refunds", "stream_supervisor"} <= dag_ids, dag_ids
-    assert not any("trades" in d for d in dag_ids)
-    plugins = _json(_run([cli, "airflow", "cli", "plugins", "-o", "json"], project, env))
+    assert not any("trades" in d for d in dag_ids), dag_ids
     [plugin] = [p for p in plugins if p["name"] == "streamshift"]
     assert plugin["source"].startswith("streamshift==0.1.0: EntryPoint("), plugin  # not a file
     assert "migration" in json.dumps(plugin["external_views"]).lower()
