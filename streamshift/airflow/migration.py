@@ -32,7 +32,7 @@ without the right. Reads go through deltalake: the API server never starts a JVM
 pyspark.
 
 No ``from __future__ import annotations`` here: FastAPI reads the routes' annotations, which
-name classes local to :func:`create_app`.
+name classes local to the functions that add the routes.
 """
 
 import datetime as dt
@@ -239,29 +239,44 @@ def _stream_class(stream: dict[str, Any]) -> str:
 
 
 def create_app() -> Any:
-    from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
-    from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_view
-    from fastapi import Depends, FastAPI, HTTPException, Request
-    from fastapi.encoders import jsonable_encoder
-    from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
-    from pydantic import BaseModel
+    """The page's FastAPI app: every route needs a signed-in Airflow user who may view plugins.
 
-    may_view = [Depends(requires_access_view(AccessView.PLUGINS))]
+    Airflow and FastAPI are imported here, not at the module's top: the page's renderers
+    (``render``, ``render_trace``, ``render_explain``) serve tests and tools with neither."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
+    from airflow.api_fastapi.core_api.security import requires_access_view
+    from fastapi import Depends, FastAPI
+
     app = FastAPI(
         title="streamshift Migration",
         description="Each flow's migration stage, evidence and health; promotion through the gate.",
-        dependencies=may_view,
+        dependencies=[Depends(requires_access_view(AccessView.PLUGINS))],
         # FastAPI serves these without its app dependencies (no user asked): off, so every
         # route of the app needs a signed-in Airflow user.
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
     )
+    _read_routes(app)
+    _action_routes(app)
+    _file_routes(app)
+    return app
 
-    def known(flow: str) -> str:
-        if flow not in flow_names():
-            raise HTTPException(404, f"unknown flow {flow!r}; flows: {', '.join(flow_names())}")
-        return flow
+
+def _known(flow: str) -> str:
+    """``flow``, or 404 naming the flows there are."""
+    from fastapi import HTTPException
+
+    if flow not in flow_names():
+        raise HTTPException(404, f"unknown flow {flow!r}; flows: {', '.join(flow_names())}")
+    return flow
+
+
+def _read_routes(app: Any) -> None:
+    """The page, trace and explain, as HTML and as JSON: reads through deltalake."""
+    from airflow.api_fastapi.core_api.security import GetUserDep
+    from fastapi.encoders import jsonable_encoder
+    from fastapi.responses import HTMLResponse, JSONResponse
 
     @app.get("/migration", response_class=HTMLResponse)
     def page(user: GetUserDep) -> str:
@@ -269,59 +284,69 @@ def create_app() -> Any:
 
     @app.get("/trace", response_class=HTMLResponse)
     def trace_page(flow: str, key: str, layer: str | None = None) -> str:
-        return render_trace(load_settings(), known(flow), key, layer)
+        return render_trace(load_settings(), _known(flow), key, layer)
 
     @app.get("/explain", response_class=HTMLResponse)
     def explain_page(flow: str, view: str, date: str, group: str, layer: str | None = None) -> str:
-        return render_explain(load_settings(), known(flow), view, date, group, layer)
+        return render_explain(load_settings(), _known(flow), view, date, group, layer)
 
     @app.get("/api/flows/{flow}/explain")
     def explain_json(
         flow: str, view: str, date: str, group: str, layer: str | None = None
     ) -> JSONResponse:
-        found = _explain(load_settings(), known(flow), view, date, group, layer)
+        found = _explain(load_settings(), _known(flow), view, date, group, layer)
         return JSONResponse(jsonable_encoder(found.as_json()))
 
     @app.get("/api/flows/{flow}/trace")
     def trace_json(flow: str, key: str, layer: str | None = None) -> JSONResponse:
         return JSONResponse(
-            jsonable_encoder(_trace(load_settings(), known(flow), key, layer).as_json())
+            jsonable_encoder(_trace(load_settings(), _known(flow), key, layer).as_json())
         )
 
     @app.get("/api/flows")
     def flows() -> JSONResponse:
         return JSONResponse(jsonable_encoder(summaries(load_settings())))
 
-    def may_trigger(user: Any, dag_id: str, what: str) -> None:
-        """403 unless ``user`` may start runs of ``dag_id`` (Airflow's auth manager says)."""
-        from airflow.api_fastapi.app import get_auth_manager
-        from airflow.api_fastapi.auth.managers.models.resource_details import (
-            DagAccessEntity,
-            DagDetails,
-        )
 
-        if not get_auth_manager().is_authorized_dag(
-            method="POST",
-            access_entity=DagAccessEntity.RUN,
-            details=DagDetails(id=dag_id),
-            user=user,
-        ):
-            raise HTTPException(
-                403, f"{user.get_name()} may not trigger {dag_id}, so may not {what}"
-            )
+def _may_trigger(user: Any, dag_id: str, what: str) -> None:
+    """403 unless ``user`` may start runs of ``dag_id`` (Airflow's auth manager says)."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import (
+        DagAccessEntity,
+        DagDetails,
+    )
+    from fastapi import HTTPException
 
-    def triggered(
-        dag_id: str, conf: dict[str, Any], request: Request, user: Any, message: str
-    ) -> JSONResponse:
-        """A run of ``dag_id`` started through Airflow's REST API as the signed-in user."""
-        run = _airflow_api(
-            "POST",
-            f"/api/v2/dags/{dag_id}/dagRuns",
-            _credential(request),
-            {"logical_date": None, "conf": conf},
-        )
-        body = {"run_id": run["dag_run_id"], "state": run["state"], "message": message}
-        return JSONResponse({**body, "by": user.get_name()}, status_code=202)
+    if not get_auth_manager().is_authorized_dag(
+        method="POST",
+        access_entity=DagAccessEntity.RUN,
+        details=DagDetails(id=dag_id),
+        user=user,
+    ):
+        raise HTTPException(403, f"{user.get_name()} may not trigger {dag_id}, so may not {what}")
+
+
+def _triggered(dag_id: str, conf: dict[str, Any], request: Any, user: Any, message: str) -> Any:
+    """A run of ``dag_id`` started through Airflow's REST API as the signed-in user."""
+    from fastapi.responses import JSONResponse
+
+    run = _airflow_api(
+        "POST",
+        f"/api/v2/dags/{dag_id}/dagRuns",
+        _credential(request),
+        {"logical_date": None, "conf": conf},
+    )
+    body = {"run_id": run["dag_run_id"], "state": run["state"], "message": message}
+    return JSONResponse({**body, "by": user.get_name()}, status_code=202)
+
+
+def _action_routes(app: Any) -> None:
+    """Promotion and re-drive, each a DAG run started as the signed-in user, and their runs'
+    state as the page follows them."""
+    from airflow.api_fastapi.core_api.security import GetUserDep
+    from fastapi import HTTPException, Request
+    from fastapi.responses import JSONResponse
+    from pydantic import BaseModel
 
     class Promotion(BaseModel):
         to: str
@@ -331,15 +356,14 @@ def create_app() -> Any:
     def promote(
         flow: str, promotion: Promotion, request: Request, user: GetUserDep
     ) -> JSONResponse:
-
-        known(flow)
-        may_trigger(user, PROMOTE_DAG, "promote")
+        _known(flow)
+        _may_trigger(user, PROMOTE_DAG, "promote")
         try:
             change = check_promotion(load_settings(), flow, promotion.to, reason=promotion.reason)
         except PromotionRefused as refused:
             raise HTTPException(409, str(refused)) from None
         conf = {"flow": flow, "to": promotion.to, "force": False, "reason": promotion.reason}
-        return triggered(PROMOTE_DAG, conf, request, user, change.describe())
+        return _triggered(PROMOTE_DAG, conf, request, user, change.describe())
 
     class Redrive(BaseModel):
         rule: str | None = None
@@ -349,15 +373,15 @@ def create_app() -> Any:
     def redrive(flow: str, body: Redrive, request: Request, user: GetUserDep) -> JSONResponse:
         """Start a ``streamshift_redrive`` run for the flow (one rule's rows or all, of one
         business date or all), as the signed-in user: the same job as ``streamshift redrive``."""
-        known(flow)
-        may_trigger(user, REDRIVE_DAG, "re-drive")
+        _known(flow)
+        _may_trigger(user, REDRIVE_DAG, "re-drive")
         scope = f"rule {body.rule}" if body.rule else "every rule"
         scope += f" on {body.business_date}" if body.business_date else ""
         message = f"re-driving {flow}'s quarantined rows of {scope}"
         conf: dict[str, Any] = {"flow": flow, "rule": body.rule}
         if body.business_date:
             conf["business_date"] = body.business_date.isoformat()
-        return triggered(REDRIVE_DAG, conf, request, user, message)
+        return _triggered(REDRIVE_DAG, conf, request, user, message)
 
     @app.get("/api/runs/{dag_id}/{run_id}")
     def run_state(dag_id: str, run_id: str, request: Request) -> dict[str, Any]:
@@ -384,14 +408,19 @@ def create_app() -> Any:
             "approval": approval,
         }
 
+
+def _file_routes(app: Any) -> None:
+    """The day's report and Great Expectations' Data Docs, as files."""
+    from fastapi import HTTPException
+    from fastapi.responses import FileResponse
+
     @app.get("/reports/{flow}/{day}")
     def report(flow: str, day: str) -> FileResponse:
-
         try:
             business_date = dt.date.fromisoformat(day)
         except ValueError:
             raise HTTPException(404, f"{day!r} is not a date (YYYY-MM-DD)") from None
-        path: Path = report_dir(load_settings(), known(flow), business_date) / "report.html"
+        path: Path = report_dir(load_settings(), _known(flow), business_date) / "report.html"
         if not path.exists():
             raise HTTPException(
                 404, f"no report for {flow} on {day} yet: the EOD run's write_report writes it"
@@ -405,5 +434,3 @@ def create_app() -> Any:
         if not path.is_relative_to(root) or not path.is_file():
             raise HTTPException(404, f"no Data Docs page {page!r} (run streamshift quality)")
         return FileResponse(path)
-
-    return app
