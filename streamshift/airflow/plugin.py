@@ -9,7 +9,7 @@ Importing this file (the API server does, at start) loads neither pyspark nor a 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
@@ -18,10 +18,10 @@ from streamshift.airflow.migration import create_app
 
 class StreamshiftPlugin(AirflowPlugin):
     name = "streamshift"
-    fastapi_apps: ClassVar[list[dict[str, Any]]] = [
+    fastapi_apps: list[dict[str, Any]] = [  # noqa: RUF012 - as AirflowPlugin declares it
         {"app": create_app(), "url_prefix": "/streamshift", "name": "streamshift Migration"}
     ]
-    external_views: ClassVar[list[dict[str, Any]]] = [
+    external_views: list[dict[str, Any]] = [  # noqa: RUF012 - as AirflowPlugin declares it
         {
             "name": "Migration",
             "href": "streamshift/migration",

@@ -136,7 +136,7 @@ def supervise(settings: Settings, stages: dict[str, str] | None = None) -> list[
     """Check each flow's stream; restart the dead or stalled ones. One action per flow."""
 
     now = dt.datetime.now(dt.UTC)
-    actions = []
+    actions: list[dict[str, Any]] = []
     for flow in flow_names():
         stage = (stages or {}).get(flow) or current_stage(settings, flow)
         name = query_name(flow, LAYER)

@@ -197,7 +197,8 @@ def explain(
                       APPLIED_AT, IS_DELETED, *flow.group_columns,
                       *(m.column for m in view.measures if m.column)}  # fmt: skip
     columns = [c for c in column_names(tables.current) if c in wanted_columns] or None
-    [row] = [r for r in rows(tables.view(view.name), where=where) if in_group(r)] or [None]
+    found = [r for r in rows(tables.view(view.name), where=where) if in_group(r)]
+    row = found[0] if found else None
     live = [
         r
         for r in rows(tables.current, columns, where=where)

@@ -239,7 +239,7 @@ def _lines(progress: list[dict[str, Any]], window: str) -> str:
     times = [dt.datetime.fromisoformat(p["timestamp"]) for p in progress]
     if not any(p["lag"] for p in progress):  # a flat zero line would say nothing
         fig, dur_ax = plt.subplots(1, 1, figsize=(7, 2.5))
-        dur_ax.plot(times, [p["duration_s"] for p in progress], color="#55a868")
+        dur_ax.plot(times, [p["duration_s"] for p in progress], color="#55a868")  # type: ignore[arg-type]  # matplotlib plots datetimes
         dur_ax.set_ylabel("batch duration (s)")
         dur_ax.set_title(
             f"micro-batch duration: {window}; no lag: every batch caught up", fontsize=10

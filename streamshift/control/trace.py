@@ -166,7 +166,8 @@ def trace(flow: Flow, tables: LayerTables, key: str) -> Trace:
     layer = tables.layer
     group_columns = flow.group_columns
     where = [(flow.key, "=", key)]
-    [now] = rows(tables.current, where=where) or [None]
+    found = rows(tables.current, where=where)
+    now = found[0] if found else None
     history = rows(tables.history, where=where)
     again = rows(tables.redeliveries, where=where)
     for r in again:

@@ -244,7 +244,7 @@ INTERPRETED_CONF = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
 }
-_interpreting: dict[int, tuple[int, dict[str, str | None]]] = {}
+_interpreting: dict[object, tuple[int, dict[str, str | None]]] = {}
 _interpreting_lock = threading.Lock()
 
 
@@ -252,7 +252,7 @@ def _session_key(session: SparkSession) -> object:
     """One key per Spark session, whichever Python wrapper holds it: a Connect session's id,
     or a local session's JVM object (wrappers of one local session may differ)."""
     if is_connect(session):
-        return session.session_id
+        return session.session_id  # type: ignore[attr-defined]  # a Connect session's
     return session._jsparkSession.hashCode()
 
 
@@ -283,11 +283,11 @@ def interpreted(*sessions: SparkSession) -> Iterator[None]:
                 if count > 1:
                     _interpreting[key] = (count - 1, saved)
                     continue
-                for k, v in saved.items():
-                    if v is None:
-                        session.conf.unset(k)
+                for name, value in saved.items():
+                    if value is None:
+                        session.conf.unset(name)
                     else:
-                        session.conf.set(k, v)
+                        session.conf.set(name, value)
 
 
 def is_interpreted(session: SparkSession) -> bool:

@@ -38,6 +38,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from streamshift.spec.registry import flow_names, forget_stale, get_flow
 from streamshift.spec.requests import JobRequest
@@ -231,7 +232,7 @@ class Runner:
             except BlockingIOError:
                 pass
             return
-        kind, pid = data  # type: ignore[misc]
+        kind, pid = cast(tuple[str, int], data)
         child = self.children.get(pid)
         if child is None:
             return

@@ -73,6 +73,7 @@ class Measure:
         if self.kind == COUNT:
             value = F.count(F.lit(1))
         else:
+            assert self.column is not None  # only a count has none (__post_init__)
             value = {SUM: F.sum, MIN: F.min, MAX: F.max, MEAN: F.avg}[self.kind](self.column)
         if self.scale is not None:
             value = F.round(value, self.scale)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,7 +62,7 @@ def read_rows(path: Path, flow: Flow) -> list[dict[str, str]]:
 def produce_rows(
     settings: Settings,
     flow: Flow,
-    rows: list[dict[str, str]],
+    rows: Sequence[Mapping[str, Any]],
     *,
     topic: str | None = None,
     rate: float = 0.0,

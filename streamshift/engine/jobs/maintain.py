@@ -77,6 +77,7 @@ def _detail(spark: SparkSession, path: str) -> tuple[int, str]:
     from delta.tables import DeltaTable
 
     row = DeltaTable.forPath(spark, path).detail().select("numFiles", "properties").first()
+    assert row is not None  # a table's detail is one row
     return int(row[0]), (row[1] or {}).get(RETENTION_PROPERTY, DEFAULT_RETENTION)
 
 
@@ -102,7 +103,8 @@ def run_maintain(
         table.optimize().executeCompaction()
         table.vacuum()
         jvm_delta_log.forTable(spark._jsparkSession, path).checkpoint()
-        version = int(table.history(1).select("version").first()[0])
+        [latest] = table.history(1).select("version").collect()
+        version = int(latest[0])
         after, _ = _detail(spark, path)
         result.tables.append(TableUpkeep(name, before, after, version, retention))
     result.seconds = time.monotonic() - started

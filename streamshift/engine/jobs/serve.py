@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, localcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from streamshift.spec.contract import FAILED, IS_DELETED, SERVE_ENGINES, SOURCE_REF
 from streamshift.spec.errors import StreamshiftError
@@ -144,7 +144,7 @@ def _processor(spec: dict[str, Any]):  # type: ignore[no-untyped-def]
                 if m[0] == 0 and all(m[2 + 2 * i] == 0 and not m[1 + 2 * i] for i in range(n_sums)):
                     continue  # what left the group came back: nothing changed
                 stored = self.groups.getValue(group)
-                totals = list(stored) if stored is not None else [0] + [None, 0] * n_sums
+                totals: list[Any] = list(stored) if stored is not None else [0] + [None, 0] * n_sums
                 totals[0] += m[0]
                 for i in range(n_sums):
                     count = totals[2 + 2 * i] + m[2 + 2 * i]
@@ -213,7 +213,7 @@ def state_spec(flow: Flow, view: View, schema: StructType) -> dict[str, Any]:
         return schema[name].dataType.simpleString()
 
     version_type = _sum_type(schema[flow.version].dataType)
-    sum_ddls = [_sum_type(schema[m.column].dataType) for m in sums]
+    sum_ddls = [_sum_type(schema[cast(str, m.column)].dataType) for m in sums]  # a sum has one
     group_ddl = ", ".join(f"g{i} {ddl(c)}" for i, c in enumerate(view.group_key))
     measures = []
     for m in view.measures:
@@ -538,8 +538,8 @@ def run_serve(
     try:
         query = writer.start()
     finally:
-        for k, v in saved.items():
-            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+        for name, value in saved.items():
+            spark.conf.unset(name) if value is None else spark.conf.set(name, value)
     beat.save(state="running", query_id=str(query.id))
     if echo:
         print(

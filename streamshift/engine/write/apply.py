@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from typing import cast
 
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
@@ -440,7 +441,9 @@ def _apply_accepted(
 
         # Current state.
         date_at = flow.group_columns.index(bd)
-        touched_dates = sorted({g[date_at] for g in touched} | set(batch.incoming_dates))
+        touched_dates: list[dt.date] = sorted(
+            {cast(dt.date, g[date_at]) for g in touched} | set(batch.incoming_dates)
+        )
         date_filter = sql.col(bd, "t").isin(touched_dates)
         # A batch for dates current state never held (a new day's EOD file): nothing can
         # match, so an insert-only MERGE does it (one anti-join, no source materialisation, no
@@ -513,13 +516,13 @@ def _record_redeliveries(
                 delivered().alias("_d"),
             )
         )
-        on = (
+        joined = (
             (F.col(key) == F.col("_k"))
             & (F.col(version) == F.col("_v"))
             & (content_hash(flow) == F.col("_c"))
             & (delivered() != F.col("_d"))
         )
-        rows = rows.unionByName(firsts.join(held, on, "left_semi"))
+        rows = rows.unionByName(firsts.join(held, joined, "left_semi"))
     if conflicts:
         rows = by_key_version(flow, rows, conflicts, "left_anti")
     ensure_table(spark, tables.redeliveries, state_schema(spark, flow), (flow.business_date,))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Protocol
 
-from pyspark.sql import DataFrame, Row, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 
 from streamshift.engine.write.commits import append, merge_into
@@ -294,7 +294,7 @@ def _drop_second_copies(
     what two writers' blind appends of one version leave. Every writer that finds the pair
     moves the same copy, so none moves both."""
     key, version = flow.key, flow.version
-    identity = [key, version, synthetic().column().alias("_synthetic")]
+    identity: list[Column | str] = [key, version, synthetic().column().alias("_synthetic")]
     first = Window.partitionBy(*identity).orderBy(F.col(APPLIED_AT), F.col(SOURCE_REF))
     stored = read(spark, tables.history)
     copies = stored.where(F.col(key).isin(keys)).withColumn("_n", F.row_number().over(first))

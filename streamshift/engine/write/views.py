@@ -11,6 +11,7 @@ commit came between, so the last writer to MERGE a group computed it from the la
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame, SparkSession
@@ -41,7 +42,7 @@ def refresh_views(
     steps: Steps,
     result: ApplyResult,
     touched: set[tuple[object, ...]],
-    touched_dates: list[object],
+    touched_dates: Sequence[object],
     date_filter: Sql,
     batch: tuple[DataFrame, int] | None,
 ) -> None:
