@@ -174,3 +174,38 @@ def test_the_jars_are_the_locked_ones_and_none_that_pyspark_ships() -> None:
     assert doubled == []
     said: list[str] = []
     assert fetch_jars(jars, said.append) == 0 and said == []  # all there: nothing fetched
+
+
+def test_setup_says_and_prunes_the_cache_folders_of_other_locks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An earlier kit's jar folder stays in the cache until `streamshift setup --prune`; the
+    folder of this kit's lock and anything else in the cache are never removed."""
+    from streamshift.local.kit_setup import other_locks, prune_other_locks
+    from streamshift.spec.settings import jars_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    mine = jars_cache()
+    older = [mine.parent / name for name in ("0123456789abcdef", "fedcba9876543210")]
+    for folder in (mine, *older):
+        (folder / "spark" / "lib").mkdir(parents=True)
+        (folder / "spark" / "lib" / "a.jar").write_bytes(b"x" * 2_000_000)
+    unrelated = mine.parent / "notes"
+    unrelated.mkdir()
+    assert other_locks(mine) == sorted(older)
+    assert other_locks(tmp_path / "elsewhere") == []  # a jars_dir outside the cache
+
+    said: list[str] = []
+    assert prune_other_locks(mine, said.append, remove=False) == 2
+    assert said == [
+        (
+            f"2 jar folders of other locks in {mine.parent} (4 MB): `streamshift setup --prune` "
+            "removes them (a kit that uses one fetches it again with its own `streamshift setup`)"
+        )
+    ]
+    assert all(folder.is_dir() for folder in older)
+    assert prune_other_locks(mine, said.append, remove=True) == 2
+    assert said[-1] == "removed 2 jar folders of other locks (4 MB)"
+    assert not any(folder.exists() for folder in older)
+    assert (mine / "spark" / "lib" / "a.jar").is_file() and unrelated.is_dir()
+    assert prune_other_locks(mine, said.append, remove=True) == 0

@@ -31,7 +31,7 @@ def _cmd_settings(args: argparse.Namespace) -> int:
 def _cmd_setup(args: argparse.Namespace) -> int:
     from streamshift.local.kit_setup import setup
 
-    setup(load_settings(), say_progress, archive=not args.no_archive)
+    setup(load_settings(), say_progress, archive=not args.no_archive, prune=args.prune)
     print("ready")
     return 0
 
@@ -175,6 +175,12 @@ def add_commands(sub: Any) -> None:
     )
     p.add_argument(
         "--no-archive", action="store_true", help="skip the class-data-sharing archive's training"
+    )
+    p.add_argument(
+        "--prune",
+        action="store_true",
+        help="remove the cache's jar folders of other locks (an earlier kit's); without it, "
+        "setup says how many there are",
     )
     p.set_defaults(handler=_cmd_setup)
 

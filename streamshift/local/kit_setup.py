@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamshift.spec.errors import StreamshiftError
-from streamshift.spec.settings import JARS_LOCK, KIT_JARS, REPO_ROOT, Settings
+from streamshift.spec.settings import JARS_LOCK, KIT_JARS, REPO_ROOT, Settings, jars_cache
 
 CENTRAL = os.environ.get("STREAMSHIFT_MAVEN_REPOSITORY", "https://repo.maven.apache.org/maven2")
 UDF_JAR = "streamshift-udf.jar"
@@ -174,14 +175,54 @@ def _archive_key(dest: Path) -> str:
     return sha.hexdigest()
 
 
-def setup(settings: Settings, say: Callable[[str], None], *, archive: bool = True) -> Path:
-    """Make ``settings.jars_dir`` ready (see the module's doc); returns it."""
+def other_locks(dest: Path) -> list[Path]:
+    """The cache's jar folders of other locks than ``dest``'s (an earlier kit's, or another
+    virtualenv's kit): folders beside ``dest`` named by a lock's digest, as ``jars_cache`` names
+    them. A ``jars_dir`` set elsewhere has none."""
+    if not dest.parent.is_dir() or dest.resolve() != jars_cache():
+        return []
+    return sorted(
+        p
+        for p in dest.parent.iterdir()
+        if p.is_dir() and p.resolve() != dest.resolve() and re.fullmatch(r"[0-9a-f]{16}", p.name)
+    )
+
+
+def _size(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def prune_other_locks(dest: Path, say: Callable[[str], None], *, remove: bool) -> int:
+    """Say (``remove=False``) or remove the jar folders of other locks; how many there were."""
+    others = other_locks(dest)
+    if not others:
+        return 0
+    megabytes = sum(_size(p) for p in others) / 1e6
+    if remove:
+        for folder in others:
+            shutil.rmtree(folder)
+        say(f"removed {len(others)} jar folders of other locks ({megabytes:,.0f} MB)")
+    else:
+        say(
+            f"{len(others)} jar folders of other locks in {dest.parent} ({megabytes:,.0f} MB): "
+            "`streamshift setup --prune` removes them (a kit that uses one fetches it again with "
+            "its own `streamshift setup`)"
+        )
+    return len(others)
+
+
+def setup(
+    settings: Settings, say: Callable[[str], None], *, archive: bool = True, prune: bool = False
+) -> Path:
+    """Make ``settings.jars_dir`` ready (see the module's doc); returns it. ``prune``: remove
+    the cache's jar folders of other locks (else only say they are there)."""
     from streamshift.engine.spark import archive_path
 
     dest = settings.jars_dir
     fetched = fetch_jars(dest, say)
     place_decoder(dest, say)
     say(f"{len(locked_jars())} jars in {dest} ({fetched} fetched, every hash checked)")
+    prune_other_locks(dest, say, remove=prune)
     path = archive_path(settings)
     stamp = path.with_suffix(".stamp")
     key = _archive_key(dest) if archive else ""
