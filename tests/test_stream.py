@@ -21,7 +21,6 @@ from streamshift.store.kafka import ensure_topic, producer_config
 from streamshift.store.produce import produce_rows, read_rows
 from tests.stream_support import (
     consume_all,
-    csv_rows,
     drain,
     isolated,
     new_topic,
@@ -56,7 +55,9 @@ def test_stream_and_eod_batch_reach_the_same_state(
     """A day plus corrections: EOD files into the batch layer, the same rows shuffled across
     partitions into the stream layer (corrections before what they correct, several
     micro-batches). The path is the kit's, whatever the flow; every flow's stream and batch
-    layers are compared again by test_migration's parity reconciliation, once per flow."""
+    layers are compared again by test_migration's parity reconciliation, once per flow. Then
+    late trades for the closed date are recorded as late and change its positions, and re-sent
+    messages change nothing."""
     from streamshift.store import heartbeat
 
     # Every heartbeat the job writes, as written (the file keeps only the latest).
@@ -120,6 +121,22 @@ def test_stream_and_eod_batch_reach_the_same_state(
     again = drain(spark, settings, topic, flow=flow)
     assert again.totals.received == 0
     assert state(spark, stream, columns) == got_stream
+
+    # Late trades for the date the EOD run closed, arriving on Kafka afterwards: applied,
+    # recorded as late, and in the positions.
+    assert read(spark, stream.tables.late_events).count() == 0
+    before = state(spark, stream, columns)["positions"]
+    late_rows = read_rows(day.late, flow)
+    assert late_rows  # the generator wrote late trades for the day
+    produce_rows(settings, flow, late_rows, topic=topic, progress=False)
+    assert drain(spark, settings, topic, flow=flow).totals.late == len(late_rows)
+    late = read(spark, stream.tables.late_events).collect()
+    assert sorted(r["key"] for r in late) == sorted(r[flow.key] for r in late_rows)
+    assert {(r["business_date"], r["source"]) for r in late} == {(DAY, "kafka")}
+    with_late = oracle(spark, rows + late_rows, stream.reference, flow)
+    got_stream = state(spark, stream, columns)
+    assert got_stream["positions"] == with_late["positions"] != before
+    assert got_stream["current"] == with_late["current"]
 
     # Messages sent again (a producer's retry, a desk re-sending): accepted versions the layer
     # holds, three of them twice (so one batch holds two copies). They change nothing, and each
@@ -254,31 +271,3 @@ def test_poison_messages_are_quarantined_and_undecodable_ones_dead_lettered(  # 
     drain(spark, settings, topic)
     assert read(spark, target.tables.quarantine).count() == len(quarantine)
     assert len(consume_all(settings, dlq_topic(topic))) == n_dlq
-
-
-def test_late_events_for_a_closed_date_are_recorded_and_change_its_positions(  # type: ignore[no-untyped-def]
-    spark, kafka_settings, day, tmp_path
-) -> None:
-    settings = isolated(kafka_settings, tmp_path)
-    topic = new_topic()
-    eod_rows = read_rows(day.eod, FLOW)
-    produce_rows(settings, FLOW, eod_rows, topic=topic, progress=False)
-    drain(spark, settings, topic)
-    stream = Target.open(spark, settings, FLOW, "stream")
-    before = state(spark, stream, ["trade_id", "version"])["positions"]
-    assert read(spark, stream.tables.late_events).count() == 0
-
-    # The EOD run closes the date; late trades for it arrive on Kafka afterwards.
-    run_eod(spark, Target.open(spark, settings, FLOW, "batch"), DAY, day.eod)
-    late_rows = read_rows(day.late, FLOW)
-    produce_rows(settings, FLOW, late_rows, topic=topic, progress=False)
-    run = drain(spark, settings, topic)
-    assert run.totals.late == len(late_rows)
-
-    late = read(spark, stream.tables.late_events).collect()
-    assert sorted(r["key"] for r in late) == sorted(r["trade_id"] for r in late_rows)
-    assert {(r["business_date"], r["source"]) for r in late} == {(DAY, "kafka")}
-    expected = oracle(spark, eod_rows + late_rows, stream.reference)
-    after = state(spark, stream, expected["state_columns"])
-    assert after["positions"] == expected["positions"] != before
-    assert csv_rows(day.late)  # the generator wrote late trades for the day
