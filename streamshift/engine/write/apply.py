@@ -42,7 +42,6 @@ from streamshift.engine.write.commits import merge_into
 from streamshift.engine.write.predicates import (
     by_key_version,
     delivered,
-    isin,
     same_columns,
     same_delivery,
     synthetic,
@@ -63,7 +62,6 @@ from streamshift.engine.write.transforms import (
     VERSION_CONFLICT_RULE,
     checked_changes,
     content_hash,
-    overlaid,
     ranked_versions,
     state_columns,
 )
@@ -218,11 +216,6 @@ class _Attempts:
     # side step (history beside the current-state MERGE) fails an attempt whose current state
     # did commit; the next attempt's MERGE then finds those rows in place and counts none.
     applied: int = 0
-    # The last attempt's current-state MERGEs: how many surely committed (they changed rows;
-    # one that changed none may or may not commit), and whether the insert-only one inserted
-    # every key.
-    current_commits: int = 0
-    inserted_only: bool = False
 
 
 def checked_batch(flow: Flow, changes: DataFrame, reference: Reference) -> DataFrame:
@@ -459,7 +452,8 @@ def _apply_accepted(
         seen_empty_at = None
         if dates_were_empty and set(touched_dates) == set(batch.incoming_dates):
             seen_empty_at = version_before
-        merge = (
+        inserted_only = steps.run(
+            "current",
             _merge_current,
             spark,
             flow,
@@ -470,34 +464,16 @@ def _apply_accepted(
             sum(r["keys"] for r in by_group) if seen_empty_at is not None else None,
             attempts,
         )
-        if batch.views_beside_current:
-            # A small batch: its views are computed from current state as its MERGE leaves
-            # it (the dates' rows as read before, the batch laid over them) while that MERGE
-            # runs, and written once it has committed, if no other commit came between.
-            steps.submit("current", *merge)
-            stored = read(spark, tables.current, version_before).where(isin(bd, touched_dates))
+        result.applied = attempts.applied
 
-            def merged() -> int | None:
-                steps.wait("current")
-                result.applied = attempts.applied
-                now = delta_log_version(spark, tables.current)
-                return now if now == version_before + attempts.current_commits else None
-
-            from_batch: tuple[DataFrame, Callable[[], int | None]] | None = (
-                overlaid(flow, stored, latest),
-                merged,
-            )
-        else:
-            steps.run("current", *merge)
-            result.applied = attempts.applied
-            # Views. When every key went into dates that held nothing and no other writer has
-            # committed to current state since they were seen empty, those dates' current
-            # state is the batch's latest rows, which the apply holds (bench/eod_load.py).
-            from_batch = None
-            if seen_empty_at is not None and attempts.inserted_only:
-                basis = seen_empty_at + 1
-                if delta_log_version(spark, tables.current) == basis:
-                    from_batch = (latest, lambda: basis)
+        # Views. When every key went into dates that held nothing and no other writer has
+        # committed to current state since they were seen empty, those dates' current state
+        # is the batch's latest rows, which the apply holds in memory (bench/eod_load.py).
+        from_batch = None
+        if inserted_only:  # (so seen_empty_at is set)
+            assert seen_empty_at is not None
+            if delta_log_version(spark, tables.current) == seen_empty_at + 1:
+                from_batch = (latest, seen_empty_at + 1)
         refresh_views(
             spark, flow, tables, steps, result, touched, touched_dates, date_filter, from_batch
         )
@@ -563,15 +539,14 @@ def _merge_current(
     key_filter: Sql,
     fresh_keys: int | None,
     attempts: _Attempts,
-) -> None:
+) -> bool:
     """Step 4: the highest version per key (``latest``), only where higher than the stored one.
 
     ``fresh_keys``: the batch's keys, all expected new to the dates it touches. Then an
     insert-only MERGE goes first, and the full MERGE only if it inserted fewer rows.
     Each MERGE's inserted and updated rows go to ``attempts.applied`` as it commits (the
-    insert-only one stays committed should the full one then meet a conflict), the MERGEs that
-    changed rows (so committed) to ``attempts.current_commits``, and whether the insert-only
-    MERGE inserted every key to ``attempts.inserted_only``.
+    insert-only one stays committed should the full one then meet a conflict). Returns whether
+    the insert-only MERGE inserted every key.
     """
     higher = sql.col(flow.version, "s").gt(sql.col(flow.version, "t"))
     same = sql.col(flow.version, "s").eq(sql.col(flow.version, "t"))
@@ -580,16 +555,13 @@ def _merge_current(
     on = same_columns([flow.key]) & date_filter & key_filter
 
     def committed(counts: dict[str, int]) -> int:
-        changed = counts.get("num_inserted_rows", 0) + counts.get("num_updated_rows", 0)
-        attempts.applied += changed
-        attempts.current_commits += changed > 0
+        attempts.applied += counts.get("num_inserted_rows", 0) + counts.get("num_updated_rows", 0)
         return counts.get("num_inserted_rows", 0)
 
-    attempts.current_commits, attempts.inserted_only = 0, False
     if (
         fresh_keys is not None
         and committed(merge_into(tables.current, latest, on, insert="*")) >= fresh_keys
     ):
-        attempts.inserted_only = True
-        return
+        return True
     committed(merge_into(tables.current, latest, on, update="*", update_when=version, insert="*"))
+    return False

@@ -60,8 +60,6 @@ class Batch(Protocol):
     incoming_dates: list[dt.date]
     # The lowest and highest key of its versions (what a history read can skip files by).
     key_range: Pair
-    # Whether its views are computed while its current-state MERGE runs (see apply).
-    views_beside_current: bool
 
     def may_interpret(self, held_bytes: int) -> bool:
         """Whether its queries run without generated code (little data on both sides)."""
@@ -90,9 +88,6 @@ class Batch(Protocol):
 
 class SmallBatch:
     """A batch whose keys and their history are collected to the driver once."""
-
-    # Its views are computed beside its current-state MERGE, from the state that MERGE leaves.
-    views_beside_current = True
 
     def __init__(
         self, spark: SparkSession, flow: Flow, tables: LayerTables, versions: DataFrame
@@ -188,9 +183,6 @@ class SmallBatch:
 class LargeBatch:
     """A batch whose keys stay in Spark; the counting pass gave its groups, dates and the key
     range they span (``by_group``: one row per group with ``low`` and ``high`` keys)."""
-
-    # Its views follow its current-state MERGE: both would contend for the cores.
-    views_beside_current = False
 
     def __init__(
         self,

@@ -180,27 +180,6 @@ def ranked_versions(flow: Flow, checked: DataFrame) -> DataFrame:
     )
 
 
-def overlaid(flow: Flow, stored: DataFrame, latest: DataFrame) -> DataFrame:
-    """Current state as the current-state MERGE leaves it: ``stored`` (its rows of the dates a
-    batch touches) with each key's ``latest`` row laid over the stored one where the MERGE
-    applies it — a higher version, or a real event over a replacement's synthetic cancel of the
-    same number — and added where the key has no stored row."""
-    key, version, columns = flow.key, flow.version, stored.columns
-    incoming = latest.select(*(F.col(c).alias(f"_s_{c}") for c in columns))
-    joined = stored.join(incoming, F.col(key) == F.col(f"_s_{key}"), "full_outer")
-
-    def synthetic(prefix: str) -> Column:
-        return F.coalesce(F.col(f"{prefix}{SOURCE}") == F.lit(REPLACEMENT_SOURCE), F.lit(False))
-
-    new, old = F.col(f"_s_{version}"), F.col(version)
-    applies = F.col(f"_s_{key}").isNotNull() & (
-        F.col(key).isNull() | (new > old) | ((new == old) & synthetic("") & ~synthetic("_s_"))
-    )
-    return joined.select(
-        *(F.when(applies, F.col(f"_s_{c}")).otherwise(F.col(c)).alias(c) for c in columns)
-    )
-
-
 def recompute_view_groups(
     view_compute,
     live: DataFrame,

@@ -2,19 +2,16 @@
 and MERGEd into each view table (groups that vanished are deleted; a group whose value did not
 change is not written, so a view's change feed holds real changes only).
 
-The groups are recomputed from current state as the apply's own MERGE leaves it when the apply
-holds those rows: a small batch's (the touched dates as read before its MERGE, the batch laid
-over them: computed while that MERGE runs, written once it committed), or a new day's file's
-(every key into dates current state never held: the batch's rows, no read-back of the files
-just written) — provided no other writer committed to current state in between; else from
-current state as stored; and again from the table until no commit came between, so the last
-writer to MERGE a group computed it from the latest state.
+The groups are recomputed from the batch's own rows when every key went into dates current
+state never held and no other writer committed since (a new day's file: no read-back of the
+files just written), else from current state as stored; and again from the table until no
+commit came between, so the last writer to MERGE a group computed it from the latest state.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame, SparkSession
@@ -28,7 +25,7 @@ from streamshift.engine.write.transforms import changed_groups, recompute_view_g
 from streamshift.spec import sqltext as sql
 from streamshift.spec.catalog import LayerTables
 from streamshift.spec.contract import IS_DELETED
-from streamshift.spec.flow import Flow, View
+from streamshift.spec.flow import Flow
 from streamshift.spec.sqltext import Sql
 
 if TYPE_CHECKING:
@@ -47,80 +44,45 @@ def refresh_views(
     touched: set[tuple[object, ...]],
     touched_dates: Sequence[object],
     date_filter: Sql,
-    batch: tuple[DataFrame, Callable[[], int | None]] | None,
+    batch: tuple[DataFrame, int] | None,
 ) -> None:
     """Recompute the ``touched`` groups (of ``flow.group_columns``) of every view.
 
-    ``batch`` = (current state's rows of the touched dates as the apply's current-state MERGE
-    leaves them, a function that waits for that MERGE and gives the version of current state
-    those rows are — ``None`` when another writer's commit came between): the groups are
-    computed from those rows first (while the MERGE may still run) and written once it has
-    committed; ``None``: from current state as stored."""
+    ``batch`` = (the batch's latest rows, the current-state version they made): recompute
+    from those first; ``None``: from current state as stored."""
     group_columns, bd = flow.group_columns, flow.business_date
 
-    def groups_of(view: View, live: DataFrame) -> tuple[DataFrame, bool]:
-        """The view's touched groups as a frame, and whether they are few (``_changed``)."""
-        at = [group_columns.index(c) for c in view.group_key]
-        groups_rows = sorted({tuple(g[i] for i in at) for g in touched}, key=repr)
-        result.touched_groups[view.name] = len(groups_rows)
-        groups = spark.createDataFrame(groups_rows, live.select(*view.group_key).schema)
-        return groups, len(groups_rows) < LOCAL_SOURCE_BELOW
-
-    def write(changes: list[tuple[View, DataFrame | None]]) -> None:
-        for view, changed in changes:
+    def recompute(current: DataFrame) -> None:
+        live = current.where(~F.col(IS_DELETED))
+        for view in flow.views:
+            at = [group_columns.index(c) for c in view.group_key]
+            groups_rows = sorted({tuple(g[i] for i in at) for g in touched}, key=repr)
+            groups = spark.createDataFrame(groups_rows, live.select(*view.group_key).schema)
             steps.submit(
                 f"view {view.name}",
                 _merge_view,
-                spark,
-                view,
-                changed,
-                tables.view(view.name),
-                date_filter,
-            )
-        steps.wait(*(f"view {view.name}" for view, _ in changes))
-
-    def from_table() -> int:
-        """Recompute the groups from current state at its latest version; that version."""
-        version = delta_log_version(spark, tables.current)
-        live = read(spark, tables.current, version).where(isin(bd, touched_dates))
-        live = live.where(~F.col(IS_DELETED))
-        for view in flow.views:
-            groups, local = groups_of(view, live)
-            steps.submit(
-                f"view {view.name}",
-                _recompute_and_merge,
                 spark,
                 view,
                 live,
                 groups,
                 tables.view(view.name),
                 date_filter,
-                local,
+                len(groups_rows) < LOCAL_SOURCE_BELOW,
             )
+            result.touched_groups[view.name] = len(groups_rows)
         steps.wait(*(f"view {v.name}" for v in flow.views))
+
+    def from_table() -> int:
+        """Recompute the groups from current state at its latest version; that version."""
+        version = delta_log_version(spark, tables.current)
+        recompute(read(spark, tables.current, version).where(isin(bd, touched_dates)))
         return version
 
-    basis: int | None = None
     if batch is not None:
-        rows, merged = batch
-        live = rows.where(~F.col(IS_DELETED))
-        changes = steps.run(
-            "views from the batch",
-            lambda: [
-                (view, _changed(spark, view, live, *groups_of(view, live),
-                                tables.view(view.name), date_filter))
-                for view in flow.views
-            ],
-        )  # fmt: skip
-        basis = merged()
-        if basis is not None:
-            write(changes)
-            result.views_from = "batch"
-        else:  # another commit came between: those values may be stale
-            for _, changed in changes:
-                if changed is not None:
-                    changed.unpersist()
-    if basis is None:
+        rows, basis = batch
+        recompute(rows)
+        result.views_from = "batch"
+    else:
         basis, result.views_from = from_table(), "table"
     # The view MERGEs wrote values computed from current state at version ``basis``. Had
     # another writer committed to current state since, its own view MERGE may have gone in
@@ -134,19 +96,16 @@ def refresh_views(
     result.views_committed_at = time.time()
 
 
-def _changed(
+def _merge_view(
     spark: SparkSession,
-    view: View,
+    view,
     live: DataFrame,
-    groups: DataFrame,
-    local: bool,
+    groups: DataFrame,  # type: ignore[no-untyped-def]
     path: str,
     date_filter: Sql,
-) -> DataFrame | None:
-    """The touched groups whose recomputed values differ from the stored view (``None``: no
-    group changed): few groups as local rows (no source materialisation for the MERGE, fewer
-    jobs), many persisted (the MERGE's passes compute them once; :func:`_merge_view` frees
-    them)."""
+    local: bool,
+) -> None:
+    """MERGE the touched groups that actually changed; nothing to change, no commit."""
     recomputed = recompute_view_groups(view.compute, live, groups, view.group_key)
     stored = (
         read(spark, path)
@@ -156,47 +115,26 @@ def _changed(
     )
     changed = changed_groups(recomputed, stored, view.group_key)
     if local:
+        # Few groups: hand the MERGE local rows (no source materialisation, fewer jobs).
         rows = changed.collect()
-        return spark.createDataFrame(rows, changed.schema) if rows else None
-    persisted = changed.persist()
-    if persisted.isEmpty():
-        persisted.unpersist()
-        return None
-    return persisted
-
-
-def _recompute_and_merge(
-    spark: SparkSession,
-    view: View,
-    live: DataFrame,
-    groups: DataFrame,
-    path: str,
-    date_filter: Sql,
-    local: bool,
-) -> None:
-    _merge_view(spark, view, _changed(spark, view, live, groups, local, path, date_filter), path,
-                date_filter)  # fmt: skip
-
-
-def _merge_view(
-    spark: SparkSession,
-    view: View,
-    changed: DataFrame | None,
-    path: str,
-    date_filter: Sql,
-) -> None:
-    """MERGE the groups that changed (``_changed``) into the view; nothing changed, no commit."""
-    if changed is None:
-        return
+        if not rows:
+            return
+        source = spark.createDataFrame(rows, changed.schema)
+    else:
+        # Persisted so the emptiness check and the MERGE's passes compute the groups once.
+        source = changed.persist()
+        if source.isEmpty():
+            source.unpersist()
+            return
     try:
-        value_columns = [c for c in changed.columns if c not in view.group_key and c != "_present"]
+        value_columns = [c for c in source.columns if c not in view.group_key and c != "_present"]
         on = date_filter
         for c in view.group_key:
             on = on & sql.col(c, "t").eq_null_safe(sql.col(c, "s"))
         present = sql.col("_present", "s").is_not_null()
         merge_into(
             path,
-            changed,
+            source,
             on,
             delete_when=~present,
             update={c: sql.col(c, "s") for c in value_columns},
@@ -204,4 +142,4 @@ def _merge_view(
             insert_when=present,
         )
     finally:
-        changed.unpersist()
+        source.unpersist()
