@@ -198,13 +198,14 @@ def prune_other_locks(dest: Path, say: Callable[[str], None], *, remove: bool) -
     if not others:
         return 0
     megabytes = sum(_size(p) for p in others) / 1e6
+    folders = f"{len(others)} jar folder{'s' if len(others) > 1 else ''} of other locks"
     if remove:
         for folder in others:
             shutil.rmtree(folder)
-        say(f"removed {len(others)} jar folders of other locks ({megabytes:,.0f} MB)")
+        say(f"removed {folders} ({megabytes:,.0f} MB)")
     else:
         say(
-            f"{len(others)} jar folders of other locks in {dest.parent} ({megabytes:,.0f} MB): "
+            f"{folders} in {dest.parent} ({megabytes:,.0f} MB): "
             "`streamshift setup --prune` removes them (a kit that uses one fetches it again with "
             "its own `streamshift setup`)"
         )
