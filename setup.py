@@ -1,6 +1,7 @@
 """The wheel carries the stream's JSON decoder (jvm/udf) as a jar, compiled here against the
-build environment's PySpark jars, the kit's requirements.lock, and Data Docs' front-end files (a build with no isolation: `uv build --wheel
---no-build-isolation`, the lock's setuptools and pyspark). Everything else is pyproject.toml."""
+build environment's PySpark jars, the kit's requirements.lock, and Data Docs' front-end files
+(a build with no isolation: `uv build --wheel --no-build-isolation`, the lock's setuptools and
+pyspark). Everything else is pyproject.toml."""
 
 from __future__ import annotations
 

@@ -261,14 +261,21 @@ def test_urls_must_name_their_services_and_airflow_shares_one_config(  # type: i
     assert any("do not share one config" in p for p in found), found
 
 
-def test_the_image_is_built_from_the_lock_by_the_projects_setup() -> None:
-    dockerfile = (REPO / "Dockerfile").read_text()
+def _pinned_and_copied(root: Path) -> str:
+    """The Dockerfile at ``root``, checked: every base image pinned to a version, every
+    ``COPY`` source present under ``root``."""
+    dockerfile = (root / "Dockerfile").read_text()
     bases = re.findall(r"^FROM\s+(\S+)", dockerfile, re.MULTILINE)
     assert bases and all(re.search(r":\d[\w.\-]*$", b) for b in bases), bases
+    for source in re.findall(r"^COPY\s+(\S+)\s", dockerfile, re.MULTILINE):
+        assert source == "." or (root / source).exists(), source
+    return dockerfile
+
+
+def test_the_image_is_built_from_the_lock_by_the_projects_setup() -> None:
+    dockerfile = _pinned_and_copied(REPO)
     assert "COPY pyproject.toml requirements.lock" in dockerfile
     assert "scripts/setup" in dockerfile
-    for source in re.findall(r"^COPY\s+(\S+)\s", dockerfile, re.MULTILINE):
-        assert source == "." or (REPO / source).exists(), source
 
 
 def test_the_compose_file_holds_no_secret(compose) -> None:  # type: ignore[no-untyped-def]
@@ -309,11 +316,7 @@ def test_a_project_from_init_builds_its_own_image_with_the_kit_as_a_dependency(
     broken["services"]["airflow-scheduler"]["volumes"] = ["./jvm:/x"]
     assert any("./jvm does not exist" in p for p in problems(broken, project))
 
-    dockerfile = (project / "Dockerfile").read_text()
-    bases = re.findall(r"^FROM\s+(\S+)", dockerfile, re.MULTILINE)
-    assert bases and all(re.search(r":\d[\w.\-]*$", b) for b in bases), bases
-    for source in re.findall(r"^COPY\s+(\S+)\s", dockerfile, re.MULTILINE):
-        assert source == "." or (project / source).exists(), source
+    dockerfile = _pinned_and_copied(project)
     assert "uv pip sync" in dockerfile and "requirements.lock" in dockerfile
     assert ".venv/bin/streamshift setup" in dockerfile  # the jars at build time, not run time
     assert "STREAMSHIFT_PROJECT=/app" in dockerfile

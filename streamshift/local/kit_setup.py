@@ -179,12 +179,13 @@ def other_locks(dest: Path) -> list[Path]:
     """The cache's jar folders of other locks than ``dest``'s (an earlier kit's, or another
     virtualenv's kit): folders beside ``dest`` named by a lock's digest, as ``jars_cache`` names
     them. A ``jars_dir`` set elsewhere has none."""
-    if not dest.parent.is_dir() or dest.resolve() != jars_cache():
+    cache = jars_cache()
+    if dest.resolve() != cache or not cache.parent.is_dir():
         return []
     return sorted(
         p
-        for p in dest.parent.iterdir()
-        if p.is_dir() and p.resolve() != dest.resolve() and re.fullmatch(r"[0-9a-f]{16}", p.name)
+        for p in cache.parent.iterdir()
+        if p.is_dir() and p.name != cache.name and re.fullmatch(r"[0-9a-f]{16}", p.name)
     )
 
 

@@ -30,28 +30,29 @@ class InitError(StreamshiftError):
     final = True
 
 
-def kit_pin() -> str:
-    """This kit's minor series, e.g. ``>=0.1,<0.2`` (the kit's checkout: its pyproject's)."""
-    try:
-        have = version("streamshift")
-    except PackageNotFoundError:  # pragma: no cover - the kit always runs installed
-        return ""
-    major, minor = (int(part) for part in have.split(".")[:2])
-    return f">={major}.{minor},<{major}.{minor + 1}"
-
-
-def kit_version() -> str:
+def kit_version() -> str | None:
+    """The installed kit's version (a checkout's editable install: its pyproject's)."""
     try:
         return version("streamshift")
     except PackageNotFoundError:  # pragma: no cover - the kit always runs installed
-        return "0"
+        return None
+
+
+def kit_pin() -> str:
+    """This kit's minor series, e.g. ``>=0.1,<0.2``."""
+    have = kit_version()
+    if have is None:  # pragma: no cover - the kit always runs installed
+        return ""
+    major, minor = (int(part) for part in have.split(".")[:2])
+    return f">={major}.{minor},<{major}.{minor + 1}"
 
 
 def project_lock() -> str:
     """A project's ``requirements.lock``: the kit's lock, every package pinned as the kit was
     tested with, and the kit itself."""
     kit_lock = next((p for p in LOCKS if p.is_file()), None)
-    if kit_lock is None:
+    have = kit_version()
+    if kit_lock is None or have is None:
         raise InitError(
             "this installation of the kit carries no requirements.lock: reinstall the kit from "
             "its wheel (`uv build --wheel` in its repository)"
@@ -61,7 +62,7 @@ def project_lock() -> str:
         "# Install with `uv pip sync requirements.lock` (add `--find-links wheels` when the kit's\n"
         "# wheel is in wheels/); the image (Dockerfile) does the same.\n"
         f"{_without_header(kit_lock.read_text(encoding='utf-8'))}\n"
-        f"streamshift=={kit_version()}\n    # the kit\n"
+        f"streamshift=={have}\n    # the kit\n"
     )
 
 
