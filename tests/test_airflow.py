@@ -209,6 +209,7 @@ def test_dag_integrity(tmp_path: Path) -> None:
         "streamshift_promote",
         "streamshift_redrive",
         "streamshift_evolve",
+        "streamshift_switch",
     }
     # Retried: every task but those whose failure a retry cannot change (a failed data-quality
     # expectation, a promotion refused by the gate; a promotion is one deliberate act).
@@ -216,6 +217,7 @@ def test_dag_integrity(tmp_path: Path) -> None:
         **{f"eod_{f}": ["data_quality"] for f in flows},
         "streamshift_promote": ["approve", "check_gate", "record_promotion"],
         "streamshift_evolve": ["approve", "evolve", "plan", "which_flow"],
+        "streamshift_switch": ["approve", "switch", "which_version"],
     }
     for dag_id, dag in report["dags"].items():
         assert dag["owner"] == "streamshift", dag_id

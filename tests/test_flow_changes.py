@@ -355,3 +355,117 @@ def test_a_flow_whose_code_does_not_build_says_so_in_one_line(spark) -> None:  #
     with pytest.raises(FlowChangedError, match="its code does not build on empty frames") as got:
         components(spark, broken)
     assert "\n" not in str(got.value) and "no_such_column" in str(got.value)
+
+
+def _by_merchant_oracle(loaded: list[dict[str, str]], floor: Decimal | None) -> dict:
+    """by_merchant's amount per (date, merchant) from the rows loaded: each payment's highest
+    version; with ``floor``, the new logic: only payments of at least ``floor`` are summed
+    (None where none is)."""
+    latest: dict[str, dict[str, str]] = {}
+    for row in loaded:
+        held = latest.get(row["payment_id"])
+        if held is None or int(row["version"]) > int(held["version"]):
+            latest[row["payment_id"]] = row
+    groups: dict[tuple[str, str], list[Decimal]] = {}
+    for row in latest.values():
+        groups.setdefault((row["business_date"], row["merchant"]), []).append(
+            Decimal(row["amount"])
+        )
+    if floor is None:
+        return {g: sum(a) for g, a in groups.items()}
+    return {g: sum(x for x in a if x >= floor) if any(x >= floor for x in a) else None
+            for g, a in groups.items()}  # fmt: skip
+
+
+@pytest.mark.skipif(
+    not suite_engine(), reason="the suite runs without its engine (TESTS_ENGINE=off)"
+)
+def test_a_changed_view_shadowed_switched_to_and_back(tmp_path: Path) -> None:
+    """Two deployments share one warehouse, as a team's old and new code do: the live one
+    (version 1's code) keeps loading while the new one builds version 2 beside it; the
+    recorded differences = an oracle; the switch catches version 2 up and serves it; the
+    switch back catches version 1 up and serves it again."""
+    import shutil
+
+    live, new = tmp_path / "live", tmp_path / "new"
+    init_project(live)
+    (live / "flows" / "payments" / "reference" / "merchants.csv").write_text(
+        "merchant,category\nACME,hardware\nZED,toys\n"
+    )
+    env = cli_env(tmp_path / "home")
+    warehouse = tmp_path / "home" / "warehouse"
+
+    def cli(project: Path, *args: str):  # type: ignore[no-untyped-def]
+        done = run_cli(
+            tmp_path, *args, env={**env, "STREAMSHIFT_PROJECT": str(project)}, cwd=project
+        )
+        return done
+
+    def eod(project: Path, name: str, day: dt.date, lines: list[dict[str, str]]):  # type: ignore[no-untyped-def]
+        path = _file(tmp_path / name, OLD_HEADER, lines)
+        return cli(project, "eod", "--flow", "payments", "--date", str(day), "--file", str(path))
+
+    def served() -> dict[tuple[str, str], Decimal | None]:
+        shown = cli(live, "show", "--flow", "payments", "--view", "by_merchant", "--format", "csv")
+        assert shown.returncode == 0, shown.stderr
+        found = list(csv.DictReader(shown.stdout.splitlines()))
+        return {
+            (r["business_date"], r["merchant"]): Decimal(r["amount"]) if r["amount"] else None
+            for r in found
+        }
+
+    day1 = [
+        _payment("P1", 1, DAY1, "ACME", "10.00"),
+        _payment("P2", 1, DAY1, "ZED", "4.00"),
+        _payment("P3", 1, DAY1, "ACME", "6.00"),
+    ]
+    done = eod(live, "a.csv", DAY1, day1)
+    assert done.returncode == 0, done.stderr
+
+    # The new code: by_merchant sums only payments of 5.00 or more.
+    shutil.copytree(live / "flows", new / "flows")
+    shutil.copy(live / "streamshift.toml", new / "streamshift.toml")
+    flow_file = new / "flows" / "payments" / "__init__.py"
+    flow_file.write_text(
+        flow_file.read_text().replace(
+            'F.sum("amount").alias("amount")',
+            'F.sum(F.when(F.col("amount") >= 5, F.col("amount"))).alias("amount")',
+        )
+    )
+    built = cli(new, "evolve", "--flow", "payments", "--shadow")
+    assert built.returncode == 0, built.stderr
+    assert "version 2 built beside the live version 1" in built.stdout
+    old, changed = _by_merchant_oracle(day1, None), _by_merchant_oracle(day1, Decimal(5))
+    differ = sorted(g for g in old if old[g] != changed[g])
+    assert differ == [(str(DAY1), "ZED")]
+    breaks = rows(
+        str(warehouse / "control" / "recon_breaks"),
+        where=[("recon", "=", "shadow:v2:by_merchant")],
+    )
+    assert sorted((json.loads(b["key"])["business_date"], json.loads(b["key"])["merchant"])
+                  for b in breaks) == differ  # fmt: skip
+    assert served() == old  # nothing served changed
+
+    # The live deployment goes on loading; the new code may not write the live tables.
+    day2 = [_payment("P4", 1, DAY2, "ZED", "3.00"), _payment("P5", 1, DAY2, "ACME", "7.00")]
+    done = eod(live, "b.csv", DAY2, day2)
+    assert done.returncode == 0, done.stderr
+    refused = eod(new, "b.csv", DAY2, day2)
+    assert refused.returncode != 0
+    assert "streamshift promote --flow payments --version 2" in refused.stderr
+
+    switched = cli(new, "promote", "--flow", "payments", "--version", "2", "--force",
+                   "--reason", "reviewed")  # fmt: skip
+    assert switched.returncode == 0, switched.stderr
+    assert "switched from version 1 to version 2" in switched.stdout
+    assert "batch layer: 2 versions applied" in switched.stdout
+    assert served() == _by_merchant_oracle([*day1, *day2], Decimal(5))
+    more = [_payment("P6", 1, DAY2, "ZED", "9.00")]
+    done = eod(new, "c.csv", DAY2, more)
+    assert done.returncode == 0, done.stderr
+
+    back = cli(live, "promote", "--flow", "payments", "--version", "1", "--force",
+               "--reason", "roll back")  # fmt: skip
+    assert back.returncode == 0, back.stderr
+    assert "switched from version 2 to version 1" in back.stdout
+    assert served() == _by_merchant_oracle([*day1, *day2, *more], None)

@@ -23,7 +23,13 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator, HITLOper
 from airflow.sdk.exceptions import AirflowFailException
 
 from streamshift.control.stages import APPROVED, REJECTED, TIMED_OUT, promotion_evidence
-from streamshift.spec.requests import EvolveRequest, JobRequest, PlanRequest, PromoteRequest
+from streamshift.spec.requests import (
+    EvolveRequest,
+    JobRequest,
+    PlanRequest,
+    PromoteRequest,
+    SwitchRequest,
+)
 from streamshift.spec.settings import load_settings
 from streamshift.spec.stages import needs_approval
 from streamshift.store.records import current_stage
@@ -174,3 +180,77 @@ class EvolveApproval(ApprovalOperator):
             raise AirflowFailException(f"{user['name']} rejected the change: not applied")
         self.log.info("approved by %s", user["name"])
         return self._request(context).to_json()
+
+
+def version_differences(settings: Settings, flow: str, version: int) -> list[dict[str, Any]]:
+    """The recorded comparison of ``version`` (built beside the live one) with the live
+    version: per table and layer, the dates compared, the dates and rows that differ."""
+    from streamshift.spec.catalog import ControlTables
+    from streamshift.store.tables import rows
+
+    prefix = f"shadow:v{version}:"
+    found = [
+        r
+        for r in rows(ControlTables(settings.warehouse).recon_runs, where=[("flow", "=", flow)])
+        if r["recon"].startswith(prefix)
+    ]
+    by_table: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in found:
+        table = r["recon"].removeprefix(prefix)
+        held = by_table.setdefault(
+            (table, r["left_side"]),
+            {"table": table, "live": r["left_side"], "dates": 0, "differ": 0, "breaks": 0},
+        )
+        held["dates"] += 1
+        held["differ"] += 0 if r["clean"] else 1
+        held["breaks"] += r["breaks"]
+    return sorted(by_table.values(), key=lambda d: (d["live"], d["table"]))
+
+
+class SwitchApproval(ApprovalOperator):
+    """Wait for a second user's approval of a switch to another version of the flow's
+    tables, showing that version's recorded differences from the live one."""
+
+    def __init__(self, *, source: str, **kwargs: Any) -> None:
+        super().__init__(subject="Switch", defaults=[self.REJECT], **kwargs)
+        self.source = source
+
+    def _request(self, context: Any) -> SwitchRequest:
+        request = JobRequest.from_json(context["ti"].xcom_pull(task_ids=self.source))
+        assert isinstance(request, SwitchRequest)
+        return dataclasses.replace(request, run_id=context["dag_run"].run_id)
+
+    def execute(self, context: Any) -> Any:
+        settings = load_settings()
+        request = self._request(context)
+        second_users(self, settings, request.by, "a switch of the version served")
+        self.subject = f"Serve version {request.version} of {request.flow}?"
+        lines = [
+            f"**{request.by}** asks to serve version **{request.version}** of "
+            f"**{request.flow}**." + (f" Reason: {request.reason}" if request.reason else ""),
+            "",
+            "| table | compared with | dates | dates that differ | differences |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {d['table']} | {d['live']} | {d['dates']} | {d['differ']} | {d['breaks']} |"
+            for d in version_differences(settings, request.flow, request.version)
+        ] or ["| (no comparison recorded: a roll back) | | | | |"]
+        self.body = "\n".join(lines)
+        self.response_timeout = dt.timedelta(minutes=settings.approval_timeout_minutes)
+        return super().execute(context)
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
+        answer = HITLOperator.execute_complete(self, context, event)  # (no skipping)
+        request = self._request(context)
+        user = answer["responded_by_user"]
+        if user is None:
+            decision = TIMED_OUT
+        elif answer["chosen_options"] == [self.APPROVE] and user["id"] != request.by:
+            decision = APPROVED
+        else:
+            decision = REJECTED
+        self.log.info("%s: %s", decision, user["name"] if user else "nobody answered in time")
+        return dataclasses.replace(
+            request, approval=decision, approved_by=user["name"] if user else None
+        ).to_json()

@@ -31,9 +31,10 @@ from airflow.sdk import (
     get_current_context,
     task,
 )
+from airflow.sdk.exceptions import AirflowFailException
 
 from streamshift.airflow import tasks as T
-from streamshift.airflow.approval import EvolveApproval, PromotionApproval
+from streamshift.airflow.approval import EvolveApproval, PromotionApproval, SwitchApproval
 from streamshift.airflow.engine_operator import EngineOperator
 from streamshift.airflow.waiting import CompleteFileSensor
 from streamshift.control.cutoff import check_cut_off
@@ -51,6 +52,7 @@ from streamshift.spec.requests import (
     PlanRequest,
     PromoteRequest,
     RedriveRequest,
+    SwitchRequest,
 )
 from streamshift.spec.settings import Settings, load_settings
 from streamshift.spec.stages import NAMES
@@ -58,6 +60,7 @@ from streamshift.store.eodfile import BadFileError
 from streamshift.store.quality import QualityError
 from streamshift.store.quarantine import pending
 from streamshift.store.records import current_stage, late_dates_to_reconcile
+from streamshift.store.versions import recorded_version
 
 OWNER = "streamshift"
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
@@ -646,6 +649,53 @@ layers and records the new version (docs/flows.md, "Changing a flow").
     return dag
 
 
+def switch_dag(flows: list[str]) -> DAG:
+    """``streamshift_switch``: a flow's readers switched to another version of its tables, with
+    a second user's approval (``streamshift promote --version``)."""
+    with _migration_dag(
+        "streamshift_switch",
+        params={
+            "flow": Param(flows[0] if flows else None, type="string", enum=flows),
+            "version": Param(2, type="integer", minimum=1, description="the version to serve"),
+            "reason": Param(None, type=["null", "string"], description="why; kept with it"),
+        },
+        doc_md="""
+### Switch a flow to another version
+The same as `streamshift promote --flow F --version N`: a version built beside the live one
+(`streamshift evolve --shadow`) starts serving, or an earlier version is served again (a roll
+back). **which_version** checks the version exists, without Spark. **approve** waits for a
+second user under *Browse → Required actions*, showing the version's differences from the
+live one per table; the requester cannot approve it, no answer in time is a rejection.
+**switch** stops the flow's stream job, catches the version's tables up with the live ones,
+switches both layers in one commit (docs/flows.md, "Changing a flow").
+""",
+    ) as dag:
+
+        @task(doc_md="The switch job's request, once the version is known to exist.")
+        def which_version() -> str:
+            context = get_current_context()
+            params = context["params"]
+            user = context["dag_run"].triggering_user_name or OWNER
+            found = recorded_version(_settings().warehouse, params["flow"], int(params["version"]))
+            if not found:
+                raise AirflowFailException(
+                    f"flow {params['flow']} has no version {params['version']}: build one with "
+                    f"streamshift evolve --flow {params['flow']} --shadow"
+                )
+            request = SwitchRequest(
+                params["flow"], int(params["version"]), user, params.get("reason")
+            )
+            return request.to_json()
+
+        asked = which_version()
+        approval = SwitchApproval(
+            task_id="approve", source="which_version", doc_md="A second user approves (four eyes)."
+        )
+        asked >> approval
+        engine_task("switch", approval.output, "Catch the version up, switch both layers.")
+    return dag
+
+
 def redrive_dag(flows: list[str]) -> DAG:
     """``streamshift_redrive``: re-apply quarantined rows whose cause is fixed."""
     with DAG(
@@ -760,4 +810,5 @@ def build_dags(dag_file: str) -> dict[str, DAG]:
     dags["streamshift_promote"] = promote_dag(names)
     dags["streamshift_redrive"] = redrive_dag(names)
     dags["streamshift_evolve"] = evolve_dag(names)
+    dags["streamshift_switch"] = switch_dag(names)
     return dags

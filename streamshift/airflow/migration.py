@@ -53,12 +53,12 @@ from streamshift.control.trace import (
     trace,
     trace_link,
 )
-from streamshift.spec.catalog import LayerTables
 from streamshift.spec.formatting import html_cell as _e
 from streamshift.spec.formatting import html_table
 from streamshift.spec.registry import flow_names, get_flow
 from streamshift.spec.settings import load_settings
 from streamshift.store.airflow_api import AirflowApiError, AirflowClient
+from streamshift.store.versions import live_tables
 
 PROMOTE_DAG = "streamshift_promote"
 REDRIVE_DAG = "streamshift_redrive"
@@ -107,7 +107,7 @@ def _trace(settings: Any, flow: str, key: str, layer: str | None) -> Any:
         raise HTTPException(404, f"unknown layer {layer!r}: batch or stream")
     spec = get_flow(flow)
     chosen = layer or default_layer(settings, flow)
-    return trace(spec, LayerTables(settings.warehouse, spec, chosen), key)
+    return trace(spec, live_tables(settings.warehouse, spec, chosen), key)
 
 
 def render_trace(settings: Any, flow: str, key: str, layer: str | None) -> str:

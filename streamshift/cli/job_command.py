@@ -146,12 +146,45 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     )
 
 
+def _switch(args: argparse.Namespace) -> int:
+    """``promote --version N``: at once with --force --reason, else through the
+    ``streamshift_switch`` run that waits for a second user."""
+    from streamshift.local.airflow import USER, LocalAirflow
+    from streamshift.spec.requests import SwitchRequest
+
+    if args.to:
+        raise UserError("give one of --to STAGE (a stage) and --version N (a version's tables)")
+    settings = load_settings()
+    if args.force:
+        if not args.reason:
+            raise UserError("--force needs --reason TEXT (kept with the switch)")
+        return run_request(SwitchRequest(args.flow, args.version, args.by, args.reason))
+    airflow = LocalAirflow(settings)
+    if not airflow.status().up:
+        raise UserError(
+            "switching the version served waits for a second user's approval in Airflow, "
+            "which is not running: start it (streamshift airflow up) and run this again; an "
+            "admin may instead switch at once with --force --reason TEXT (break-glass)"
+        )
+    conf = {"flow": args.flow, "version": args.version, "reason": args.reason}
+    run = airflow.client(USER).trigger("streamshift_switch", conf)
+    print(
+        f"switch of {args.flow} to version {args.version} requested as {USER}: run "
+        f"{run['dag_run_id']}; it waits for a second user under Browse → Required actions"
+    )
+    return 0
+
+
 def _cmd_promote(args: argparse.Namespace) -> int:
     from streamshift.control.stages import check_promotion
     from streamshift.spec.requests import PromoteRequest
     from streamshift.store.records import current_stage
 
     known_flow(args.flow)
+    if args.version is not None:
+        return _switch(args)
+    if not args.to:
+        raise UserError("give --to STAGE (or --version N to serve another version's tables)")
     request = PromoteRequest(args.flow, args.to, args.force, args.reason, args.by)
     settings = load_settings()
     if args.force or not needs_approval(current_stage(settings, args.flow), args.to):
@@ -198,7 +231,9 @@ def _cmd_evolve(args: argparse.Namespace) -> int:
     from streamshift.spec.requests import EvolveRequest
 
     known_flow(args.flow)
-    return run_request(EvolveRequest(args.flow, args.reapply))
+    if args.shadow and args.reapply:
+        raise UserError("--shadow re-applies history already; give one of --shadow, --reapply")
+    return run_request(EvolveRequest(args.flow, args.reapply, args.shadow))
 
 
 def add_commands(sub: Any) -> None:
@@ -209,7 +244,7 @@ def add_commands(sub: Any) -> None:
         "spark_jobs/run.py on a cluster)",
         description="Run a job request (streamshift.spec.requests): a JSON object with its "
         '"kind" (eod, reconcile, close, promote, redrive, replay, quality, maintain, plan, '
-        "evolve) and its "
+        "evolve, switch) and its "
         "fields, e.g. "
         '{"kind": "eod", "flow": "<flow>", "business_date": "2026-11-20", "file": "f.csv"}. '
         "The same checks and job as the command of that name.",
@@ -330,7 +365,14 @@ def add_commands(sub: Any) -> None:
         "change at once, past the gate and the approval (an admin's break-glass).",
     )
     p.add_argument("--flow", required=True)
-    p.add_argument("--to", required=True, choices=list(STAGE_NAMES))
+    p.add_argument("--to", choices=list(STAGE_NAMES), help="the stage")
+    p.add_argument(
+        "--version",
+        type=int,
+        help="instead of a stage: serve this version's tables (one built by evolve --shadow, "
+        "or an earlier one to roll back to); the code on disk must be that version's. Waits "
+        "for a second user in the streamshift_switch DAG unless --force --reason",
+    )
     p.add_argument("--force", action="store_true")
     p.add_argument("--reason", help="why (required with --force)")
     p.add_argument(
@@ -407,5 +449,12 @@ def add_commands(sub: Any) -> None:
         help="also check both layers' history with the rules as they are now: a version that "
         "fails one moves to quarantine under it and its key falls back to its highest valid "
         "version; every view is then recomputed",
+    )
+    p.add_argument(
+        "--shadow",
+        action="store_true",
+        help="build the new version's tables beside the live ones instead (history re-applied "
+        "through the new code, prepare included) and record their differences from the live "
+        "tables per group; nothing served changes until `streamshift promote --version N`",
     )
     p.set_defaults(handler=_cmd_evolve)

@@ -60,14 +60,14 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 def _cmd_trace(args: argparse.Namespace) -> int:
     from streamshift.control.trace import COLUMNS, default_layer, shown_ref, table_rows, trace
-    from streamshift.spec.catalog import LayerTables
     from streamshift.spec.formatting import format_table, json_text
     from streamshift.spec.registry import get_flow
+    from streamshift.store.versions import live_tables
 
     known_flow(args.flow)
     settings, flow = load_settings(), get_flow(args.flow)
     layer = args.layer or default_layer(settings, flow.name)
-    found = trace(flow, LayerTables(settings.warehouse, flow, layer), args.key)
+    found = trace(flow, live_tables(settings.warehouse, flow, layer), args.key)
     if args.format == "json":
         print(json_text(found.as_json()))
     elif not found.events:

@@ -39,6 +39,7 @@ from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.flow import COUNT, MAX, MEAN, MIN, SUM
 from streamshift.spec.registry import get_flow
 from streamshift.store.tables import column_names, rows
+from streamshift.store.versions import live_tables
 
 if TYPE_CHECKING:
     from streamshift.spec.flow import Flow, Measure, View
@@ -300,7 +301,7 @@ def explain_in(
         raise ExplainError(str(e.args[0])) from None
     return explain(
         flow,
-        LayerTables(settings.warehouse, flow, layer or default_layer(settings, flow.name)),
+        live_tables(settings.warehouse, flow, layer or default_layer(settings, flow.name)),
         view.name,
         business_date,
         parse_group(view, flow.business_date, group_text),

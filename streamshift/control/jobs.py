@@ -37,12 +37,14 @@ from streamshift.spec.requests import (
     ReconcileRequest,
     RedriveRequest,
     ReplayRequest,
+    SwitchRequest,
 )
 from streamshift.spec.settings import Settings
 from streamshift.store.eodfile import wait_until_complete
 from streamshift.store.quality import datasets, holds_nothing, nothing_to_validate, wanted_datasets
 from streamshift.store.records import current_stage
 from streamshift.store.retention import replay_topic
+from streamshift.store.versions import recorded_version
 
 
 class RequestRefused(StreamshiftError):
@@ -168,6 +170,15 @@ def check_promote(context: JobContext, request: PromoteRequest) -> None:
         )
 
 
+def check_switch(context: JobContext, request: SwitchRequest) -> None:
+    found = recorded_version(context.settings.warehouse, request.flow, request.version)
+    if not found:
+        raise RequestRefused(
+            f"flow {request.flow} has no version {request.version}: build one beside the live "
+            f"version with `streamshift evolve --flow {request.flow} --shadow`"
+        )
+
+
 def check_quality(context: JobContext, request: QualityRequest) -> None:
     flow = context.flow
     if not datasets(flow.name):
@@ -233,6 +244,7 @@ JOBS: dict[type[JobRequest], Job] = {
         nothing_to_check, "streamshift.engine.jobs.evolve:run_plan", verdict=plan_verdict
     ),
     EvolveRequest: Job(nothing_to_check, "streamshift.engine.jobs.evolve:run_evolve"),
+    SwitchRequest: Job(check_switch, "streamshift.engine.jobs.evolve:run_switch"),
 }
 
 

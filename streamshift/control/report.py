@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streamshift.control.trace import trace_link
-from streamshift.spec.catalog import KINDS, LAYERS, ControlTables, LayerTables
+from streamshift.spec.catalog import KINDS, LAYERS, ControlTables
 from streamshift.spec.contract import APPLIED_AT, LOG_REF, SOURCE, SOURCE_REF
 from streamshift.spec.formatting import html_table
 from streamshift.spec.registry import get_flow
@@ -36,6 +36,7 @@ from streamshift.store.records import (
     stage_history,
 )
 from streamshift.store.tables import rows
+from streamshift.store.versions import live_root, live_tables
 
 if TYPE_CHECKING:
     from streamshift.spec.settings import Settings
@@ -67,7 +68,7 @@ def collect(settings: Settings, flow: str, business_date: dt.date) -> dict[str, 
     late: list[dict[str, Any]] = []
     on_day = [("flow", "=", flow), ("business_date", "=", business_date)]
     for layer in LAYERS:
-        root = settings.warehouse / layer
+        root = settings.warehouse / layer / live_root(settings.warehouse, flow, layer)
         for r in rows(root / "quarantine", ["rule"], on_day):
             quarantine[f"{layer}: {r['rule']}"] += 1
         for r in rows(root / "late_events", None, on_day):
@@ -143,7 +144,7 @@ def adjustments(settings: Settings, flow: str, business_date: dt.date) -> list[d
     spec = get_flow(flow)
     found = []
     for layer in LAYERS:
-        history = LayerTables(settings.warehouse, spec, layer).history
+        history = live_tables(settings.warehouse, spec, layer).history
         where = [(spec.business_date, "=", business_date), (SOURCE, "in", ADJUSTING_SOURCES)]
         for r in rows(history, where=where):
             found.append(

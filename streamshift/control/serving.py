@@ -24,6 +24,7 @@ from streamshift.spec.formatting import format_table
 from streamshift.spec.settings import Settings
 from streamshift.store.records import closed_dates, current_stage
 from streamshift.store.tables import exists, select
+from streamshift.store.versions import live_tables
 
 SPECIAL_VIEWS = ("current", "quarantine", "late_events")
 
@@ -68,7 +69,7 @@ def held_dates(settings: Settings, flow: Flow, layer: str, view: str) -> list[dt
     from deltalake import DeltaTable
 
     table, _, _, by_flow = _shape(flow, view)
-    path = _path(LayerTables(settings.warehouse, flow, layer), table)
+    path = _path(live_tables(settings.warehouse, flow, layer), table)
     bd = "business_date" if by_flow else flow.business_date
     if not exists(path):
         return None
@@ -104,7 +105,7 @@ def view_rows(
         where.append((bd, "IN", tuple(dates)))
     for d in exclude_dates or []:
         where.append((bd, "<>", d))
-    data = select(_path(LayerTables(settings.warehouse, flow, layer), table), None, where, order)
+    data = select(_path(live_tables(settings.warehouse, flow, layer), table), None, where, order)
     if data is None:  # never written: no rows
         return Rows([], [])
     data = data.drop_columns([c for c in drop if c in data.column_names])

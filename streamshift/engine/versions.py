@@ -259,8 +259,11 @@ def _record(
     version: int,
     how: str,
     changes: str,
+    root: str | None = None,
+    by: str | None = None,
 ) -> None:
-    """One commit: ``version`` of ``flow`` recorded for both layers."""
+    """One commit: ``version`` of ``flow`` recorded for both layers, its tables in ``root``
+    (None: where each layer's live tables are)."""
     path = ControlTables(warehouse).flow_versions
     ensure_table(spark, path, FLOW_VERSIONS_SCHEMA)
     rows = [
@@ -274,15 +277,33 @@ def _record(
             spark.version,
             how,
             changes,
-            os_user(),
+            by or os_user(),
             None,
+            records.live_root(warehouse, flow.name, layer) if root is None else root,
         )
         for layer in LAYERS
     ]
     # Not through commits.append: a control record, outside the write path's fault counting.
+    # mergeSchema: a table recorded before version folders gains ``root``.
     frame = spark.createDataFrame(rows, FLOW_VERSIONS_SCHEMA)
     frame = frame.withColumn("deployed_at", F.current_timestamp())
-    frame.write.format("delta").mode("append").save(path)
+    frame.write.format("delta").mode("append").option("mergeSchema", "true").save(path)
+    _CHECKED.pop((str(warehouse), flow.name), None)
+
+
+def record_version(
+    spark: SparkSession,
+    warehouse: Path,
+    flow: Flow,
+    version: int,
+    how: str,
+    changes: str,
+    *,
+    root: str | None = None,
+    by: str | None = None,
+) -> None:
+    """Record the code on disk as ``version`` of ``flow`` (both layers, one commit)."""
+    _record(spark, warehouse, flow, components(spark, flow), version, how, changes, root, by)
 
 
 def _say(message: str) -> None:
@@ -293,6 +314,10 @@ def ensure_deployed(target: Target) -> None:
     """Refuse to write ``target``'s flow under code that is not its recorded version, unless
     the change is in place only: then apply it to both layers and record it."""
     spark, flow, warehouse = target.spark, target.flow, target.tables.warehouse
+    root = target.tables.root
+    if root != records.live_root(warehouse, flow.name, target.tables.layer):
+        _ensure_version_of(spark, flow, warehouse, root)
+        return
     path = ControlTables(warehouse).flow_versions
     log = delta_log_version(spark, path)
     key = (str(warehouse), flow.name)
@@ -318,6 +343,15 @@ def ensure_deployed(target: Target) -> None:
         found_plans = list(plans_for(spark, warehouse, flow, known).values())
         changed = next((p for p in found_plans if p.changes), found_plans[0])
         if not all(p.in_place for p in found_plans):
+            pending = records.shadows(warehouse, flow.name)
+            built = next((r for r in pending.values() if r["fingerprint"] == mine), None)
+            if built is not None:
+                raise FlowChangedError(
+                    f"flow {flow.name}: the code on disk is version {built['version']}, built "
+                    f"beside the live version {changed.deployed}: switch to it with "
+                    f"`streamshift promote --flow {flow.name} --version {built['version']}`, "
+                    f"or run the live jobs from version {changed.deployed}'s code"
+                )
             raise FlowChangedError(
                 f"flow {flow.name} changed since version {changed.deployed} was deployed "
                 f"({changed.summary()}): see `streamshift plan --flow {flow.name}`, then apply "
@@ -330,6 +364,20 @@ def ensure_deployed(target: Target) -> None:
         if altered:
             _say(f"{flow.name}: applied in place ({changed.summary()}); now version {version}")
     _CHECKED[key] = (flow, delta_log_version(spark, path))
+
+
+def _ensure_version_of(spark: SparkSession, flow: Flow, warehouse: Path, root: str) -> None:
+    """Refuse to write the tables of a version folder that is not live (a shadow, or a version
+    being switched to) under code other than the version's own."""
+    built = [r for r in records.history(warehouse, flow.name) if (r.get("root") or "") == root]
+    if not built:
+        raise FlowChangedError(f"flow {flow.name}: no version of it lives in {root or 'the layer'}")
+    newest = max(built, key=lambda r: r["deployed_at"])
+    if newest["fingerprint"] != fingerprint(components(spark, flow)):
+        raise FlowChangedError(
+            f"flow {flow.name}: the code on disk is not version {newest['version']}'s, whose "
+            f"tables these are ({root}); deploy its code, then run this again"
+        )
 
 
 def still_deployed(target: Target) -> bool:
@@ -390,7 +438,7 @@ def _state_tables(spark: SparkSession, flow: Flow, warehouse: Path) -> list[str]
     """The flow's tables of current state's shape that exist, in both layers."""
     found = []
     for layer in LAYERS:
-        tables = LayerTables(warehouse, flow, layer)
+        tables = records.live_tables(warehouse, flow, layer)
         found += [
             p for p in (tables.current, tables.history, tables.redeliveries) if is_table(spark, p)
         ]
@@ -471,12 +519,12 @@ def evolve(
     views = [c.subject.removeprefix("view ") for c in changed.changes if c.needs == plans.RECOMPUTE]
     if reapply:
         for layer in LAYERS:
-            tables = LayerTables(warehouse, flow, layer)
+            tables = records.live_tables(warehouse, flow, layer)
             if is_table(spark, tables.history):
                 result.reapplied[layer] = reapply_rules(spark, flow, tables, result.version)
         views = [v.name for v in flow.views]  # the groups of every changed key, and more
     for layer in LAYERS:
-        tables = LayerTables(warehouse, flow, layer)
+        tables = records.live_tables(warehouse, flow, layer)
         if not is_table(spark, tables.current):
             continue
         live = read(spark, tables.current).where(~F.col(IS_DELETED))

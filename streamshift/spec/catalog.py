@@ -89,10 +89,13 @@ REDRIVES_SCHEMA = (
 # recorded again, same number, when the flow's files changed but not what the code does):
 # ``fingerprint`` digests ``components`` (JSON: streamshift.control.plan), ``files`` digests the
 # flow's source files (the JVM-free check before each job), ``how`` says what recorded it.
+# ``root``: the folder under the layer its tables live in ("" or ``v<N>/<flow>``,
+# :func:`version_root`). A layer's latest row that is not a shadow is the pointer every reader
+# and writer resolves; a ``shadow`` row records a version built beside the live one.
 FLOW_VERSIONS_SCHEMA = (
     "flow STRING, layer STRING, version INT, fingerprint STRING, components STRING, "
     "files STRING, spark_version STRING, how STRING, changes STRING, deployed_by STRING, "
-    "deployed_at TIMESTAMP"
+    "deployed_at TIMESTAMP, root STRING"
 )
 
 
@@ -100,25 +103,35 @@ class UnknownLayerError(StreamshiftError):
     final = True
 
 
-def quarantine_path(warehouse: Path, layer: str) -> str:
-    """The layer's quarantine, which its flows share (a ``flow`` column tells them apart)."""
-    return str(warehouse / layer / "quarantine")
+def quarantine_path(warehouse: Path, layer: str, root: str = "") -> str:
+    """The layer's quarantine, which its flows share (a ``flow`` column tells them apart); a
+    version folder (``root``) has its own."""
+    return str(warehouse / layer / root / "quarantine")
+
+
+def version_root(flow: str, version: int) -> str:
+    """The folder, under each layer, of a version of ``flow`` built beside the live one
+    (``streamshift evolve --shadow``)."""
+    return f"v{version}/{flow}"
 
 
 @dataclass(frozen=True)
 class LayerTables:
-    """Paths of one flow's tables in one layer."""
+    """Paths of one flow's tables in one layer; ``root``: the version folder they live in
+    ("" for the layer's own folder). Readers and writers get the live ones from
+    ``streamshift.store.versions.live_tables``, which resolves the pointer."""
 
     warehouse: Path
     flow: Flow
     layer: str
+    root: str = ""
 
     def __post_init__(self) -> None:
         if self.layer not in LAYERS:
             raise UnknownLayerError(f"unknown layer {self.layer!r}; use one of {', '.join(LAYERS)}")
 
     def _path(self, name: str) -> str:
-        return str(self.warehouse / self.layer / name)
+        return str(self.warehouse / self.layer / self.root / name)
 
     @property
     def current(self) -> str:
@@ -137,7 +150,8 @@ class LayerTables:
 
     @property
     def quarantine(self) -> str:
-        return quarantine_path(self.warehouse, self.layer)
+        """The layer's quarantine (a version folder has its own)."""
+        return quarantine_path(self.warehouse, self.layer, self.root)
 
     @property
     def late_events(self) -> str:

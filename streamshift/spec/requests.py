@@ -200,3 +200,21 @@ class EvolveRequest(JobRequest):
     kind: ClassVar[str] = "evolve"
     flow: str
     reapply: bool = False
+    # Build the new version beside the live one and compare them, serving nothing of it.
+    shadow: bool = False
+
+
+@dataclass(frozen=True)
+class SwitchRequest(JobRequest):
+    """Switch a flow's readers and writers to the tables of one of its versions (``streamshift
+    promote --version``): a shadow, or an earlier version to roll back to. ``approval``,
+    ``approved_by``, ``run_id``: as on a promotion that waited for a second user."""
+
+    kind: ClassVar[str] = "switch"
+    flow: str
+    version: int
+    by: str | None = None
+    reason: str | None = None
+    approval: str | None = None
+    approved_by: str | None = None
+    run_id: str | None = None

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from streamshift.spec.catalog import LayerTables
 from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.flow import Flow
 from streamshift.spec.formatting import format_table
@@ -30,6 +29,7 @@ from streamshift.spec.project import find_project
 from streamshift.spec.registry import flow_folder
 from streamshift.spec.settings import Settings
 from streamshift.store.tables import select
+from streamshift.store.versions import live_tables
 
 POLICIES = {"critical": "fail", "warning": "warn", "info": "warn"}
 
@@ -207,7 +207,7 @@ def nothing_to_validate(flow: Flow, day: dt.date, layer: str) -> QualityError:
 def holds_nothing(settings: Settings, flow: Flow, day: dt.date, layer: str) -> bool:
     """Whether the layer holds no row of the date, current or quarantined, read without a JVM
     (so the CLI refuses at once instead of after starting Spark)."""
-    tables = LayerTables(settings.warehouse, flow, layer)
+    tables = live_tables(settings.warehouse, flow, layer)
     for path, column, where in (
         (tables.current, flow.business_date, []),
         (tables.quarantine, "business_date", [("flow", "=", flow.name)]),

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from streamshift.spec.catalog import ControlTables, quarantine_path
 from streamshift.spec.contract import VERSION_CONFLICT_RULE
 from streamshift.store.tables import rows as table_rows
+from streamshift.store.versions import live_root
 
 if TYPE_CHECKING:
     from streamshift.spec.settings import Settings
@@ -32,7 +33,8 @@ def pending(
         where.append(("rule", "=", rule))
     if business_date:
         where.append(("business_date", "=", business_date))
-    quarantined = table_rows(quarantine_path(settings.warehouse, layer), where=where)
+    root = live_root(settings.warehouse, flow, layer)
+    quarantined = table_rows(quarantine_path(settings.warehouse, layer, root), where=where)
     done = {
         r["source_ref"]
         for r in table_rows(

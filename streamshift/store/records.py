@@ -14,6 +14,7 @@ from streamshift.spec.catalog import PARITY, ControlTables
 from streamshift.spec.settings import Settings
 from streamshift.spec.stages import FIRST
 from streamshift.store.tables import rows
+from streamshift.store.versions import live_root
 
 
 def _control(settings: Settings) -> ControlTables:
@@ -141,7 +142,8 @@ def late_dates_to_reconcile(
         last_recon[d] = max(last_recon.get(d, r["run_at"]), r["run_at"])
     dates: set[dt.date] = set()
     for layer in layers:
-        path = str(Path(settings.warehouse) / layer / "late_events")
+        root = live_root(Path(settings.warehouse), flow, layer)
+        path = str(Path(settings.warehouse) / layer / root / "late_events")
         for r in rows(path, ["business_date", "arrived_at"], [("flow", "=", flow)]):
             d = r["business_date"]
             if d not in last_recon or r["arrived_at"] > last_recon[d]:

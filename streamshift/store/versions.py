@@ -7,28 +7,99 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from streamshift.spec.catalog import ControlTables
+from streamshift.spec.catalog import ControlTables, LayerTables
 from streamshift.store.tables import rows
 
+if TYPE_CHECKING:
+    from streamshift.spec.flow import Flow
+
 # What recorded a version: the layer's first write, the same code under changed files, a
-# change a job applied in place, ``streamshift evolve``.
+# change a job applied in place, ``streamshift evolve``, a version built beside the live one
+# (``evolve --shadow``; not live), the switch of readers to a version (``promote --version``).
 FIRST_USE, SAME_CODE, IN_PLACE, EVOLVED = "first use", "same code, new files", "in place", "evolve"
+SHADOW, SWITCHED = "shadow", "switched"
 
 
-def deployed_layers(warehouse: Path, flow: str) -> dict[str, dict[str, Any]]:
-    """The latest recorded version of ``flow`` per layer (its row, ``components`` parsed); a
-    layer never written has none. One read."""
+def _recorded(warehouse: Path, flow: str) -> list[dict[str, Any]]:
+    found = rows(ControlTables(warehouse).flow_versions, where=[("flow", "=", flow)])
+    for row in found:
+        row["root"] = row.get("root") or ""  # (a table recorded before version folders)
+    return found
+
+
+def _latest_per_layer(found: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     latest: dict[str, dict[str, Any]] = {}
-    for row in rows(ControlTables(warehouse).flow_versions, where=[("flow", "=", flow)]):
+    for row in found:
         held = latest.get(row["layer"])
-        if held is None or (row["version"], row["deployed_at"]) > (
-            held["version"],
+        # The newest record wins: a switch back (promote --version N-1) records a lower version.
+        if held is None or (row["deployed_at"], row["version"]) > (
             held["deployed_at"],
+            held["version"],
         ):
             latest[row["layer"]] = row
     return {k: {**v, "components": json.loads(v["components"])} for k, v in latest.items()}
+
+
+def deployed_layers(warehouse: Path, flow: str) -> dict[str, dict[str, Any]]:
+    """The live version of ``flow`` per layer: its latest record that is not a shadow (its
+    row, ``components`` parsed); a layer never written has none. One read."""
+    return _latest_per_layer([r for r in _recorded(warehouse, flow) if r["how"] != SHADOW])
+
+
+def shadows(warehouse: Path, flow: str) -> dict[str, dict[str, Any]]:
+    """The versions of ``flow`` built beside the live one and not switched to, per layer
+    (newest; none when no shadow is pending)."""
+    found = _recorded(warehouse, flow)
+    live = _latest_per_layer([r for r in found if r["how"] != SHADOW])
+    built = _latest_per_layer([r for r in found if r["how"] == SHADOW])
+    return {
+        layer: row
+        for layer, row in built.items()
+        if layer not in live or row["deployed_at"] > live[layer]["deployed_at"]
+    }
+
+
+def recorded_version(warehouse: Path, flow: str, version: int) -> dict[str, dict[str, Any]]:
+    """Version ``version`` of ``flow`` per layer, as last recorded (any how), or none."""
+    return _latest_per_layer([r for r in _recorded(warehouse, flow) if r["version"] == version])
+
+
+def highest_version(warehouse: Path, flow: str) -> int:
+    """The highest version of ``flow`` ever recorded, shadows included (0: none)."""
+    return max((r["version"] for r in _recorded(warehouse, flow)), default=0)
+
+
+# Per flow_versions log commit: the live roots read (every reader resolves them).
+_ROOTS: dict[str, tuple[str, dict[tuple[str, str], str]]] = {}
+
+
+def live_root(warehouse: Path, flow: str, layer: str) -> str:
+    """The folder the live tables of ``flow`` in ``layer`` live in ("" : the layer's own)."""
+    import os
+
+    path = Path(ControlTables(warehouse).flow_versions)
+    log = path / "_delta_log"
+    try:
+        newest = max((e for e in os.listdir(log) if e.endswith(".json")), default="")
+    except FileNotFoundError:
+        return ""
+    known = _ROOTS.get(str(path))
+    if known is None or known[0] != newest:
+        known = (newest, {})
+        _ROOTS[str(path)] = known
+    roots = known[1]
+    if (flow, layer) not in roots:
+        live = deployed_layers(warehouse, flow).get(layer)
+        roots[(flow, layer)] = live["root"] if live else ""
+    return roots[(flow, layer)]
+
+
+def live_tables(warehouse: Path, flow: Flow, layer: str) -> LayerTables:
+    """The tables of ``flow`` in ``layer`` that readers are served and writers write: where
+    the layer's pointer (its live version's ``root``) says."""
+    return LayerTables(warehouse, flow, layer, live_root(warehouse, flow.name, layer))
 
 
 def deployed(warehouse: Path, flow: str, layer: str) -> dict[str, Any] | None:
@@ -39,7 +110,9 @@ def deployed(warehouse: Path, flow: str, layer: str) -> dict[str, Any] | None:
 def logic_changed_at(warehouse: Path, flow: str) -> Any:
     """When ``streamshift evolve`` last recorded a version of ``flow`` (None: never): evidence
     made before speaks for the old code."""
-    evolved = [r["deployed_at"] for r in history(warehouse, flow) if r["how"] == EVOLVED]
+    evolved = [
+        r["deployed_at"] for r in history(warehouse, flow) if r["how"] in (EVOLVED, SWITCHED)
+    ]
     return max(evolved, default=None)
 
 

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from streamshift.spec.catalog import LAYERS, LayerTables
+from streamshift.spec.catalog import LAYERS
 from streamshift.spec.flow import Flow
 from streamshift.spec.settings import Settings
+from streamshift.store.versions import live_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -66,7 +67,7 @@ def flow_tables(settings: Settings, flow: Flow) -> list[str]:
     by the layer's flows and kept with them)."""
     paths = []
     for layer in LAYERS:
-        t = LayerTables(settings.warehouse, flow, layer)
+        t = live_tables(settings.warehouse, flow, layer)
         paths += [t.current, t.history, t.redeliveries, *(t.view(v.name) for v in flow.views)]
         paths += [t.quarantine, t.late_events]
     return [p for p in paths if (Path(p) / "_delta_log").is_dir()]

@@ -39,6 +39,7 @@ from streamshift.spec.settings import load_settings
 from streamshift.spec.sqltext import delta_path, identifier
 from streamshift.store import storage
 from streamshift.store.records import closed_dates_in
+from streamshift.store.versions import live_tables
 
 if TYPE_CHECKING:
     from streamshift.spec.settings import Settings
@@ -289,7 +290,7 @@ class Target:
         return cls(
             spark,
             flow,
-            LayerTables(settings.warehouse, flow, layer),
+            live_tables(settings.warehouse, flow, layer),
             reference_dir=settings.reference_dir,
         )
 
