@@ -445,6 +445,11 @@ def test_a_changed_view_shadowed_switched_to_and_back(tmp_path: Path) -> None:
     assert sorted((json.loads(b["key"])["business_date"], json.loads(b["key"])["merchant"])
                   for b in breaks) == differ  # fmt: skip
     assert served() == old  # nothing served changed
+    page = _code_summary({**env, "STREAMSHIFT_PROJECT": str(new)}, new)  # the Migration page's
+    assert page["shadow"]["version"] == 2
+    assert {(d["table"], d["live"], d["dates"], d["differ"]) for d in page["shadow"]["differences"]} == {
+        ("by_merchant", "batch v1", 1, 1), ("current", "batch v1", 1, 0)
+    }  # fmt: skip
 
     # The live deployment goes on loading; the new code may not write the live tables.
     day2 = [_payment("P4", 1, DAY2, "ZED", "3.00"), _payment("P5", 1, DAY2, "ACME", "7.00")]
@@ -460,6 +465,7 @@ def test_a_changed_view_shadowed_switched_to_and_back(tmp_path: Path) -> None:
     assert "switched from version 1 to version 2" in switched.stdout
     assert "batch layer: 2 versions applied" in switched.stdout
     assert served() == _by_merchant_oracle([*day1, *day2], Decimal(5))
+    assert _code_summary({**env, "STREAMSHIFT_PROJECT": str(new)}, new)["shadow"] is None
     more = [_payment("P6", 1, DAY2, "ZED", "9.00")]
     done = eod(new, "c.csv", DAY2, more)
     assert done.returncode == 0, done.stderr

@@ -33,6 +33,7 @@ from streamshift.spec.requests import (
 from streamshift.spec.settings import load_settings
 from streamshift.spec.stages import needs_approval
 from streamshift.store.records import current_stage
+from streamshift.store.versions import version_differences
 
 if TYPE_CHECKING:
     from streamshift.spec.settings import Settings
@@ -180,31 +181,6 @@ class EvolveApproval(ApprovalOperator):
             raise AirflowFailException(f"{user['name']} rejected the change: not applied")
         self.log.info("approved by %s", user["name"])
         return self._request(context).to_json()
-
-
-def version_differences(settings: Settings, flow: str, version: int) -> list[dict[str, Any]]:
-    """The recorded comparison of ``version`` (built beside the live one) with the live
-    version: per table and layer, the dates compared, the dates and rows that differ."""
-    from streamshift.spec.catalog import ControlTables
-    from streamshift.store.tables import rows
-
-    prefix = f"shadow:v{version}:"
-    found = [
-        r
-        for r in rows(ControlTables(settings.warehouse).recon_runs, where=[("flow", "=", flow)])
-        if r["recon"].startswith(prefix)
-    ]
-    by_table: dict[tuple[str, str], dict[str, Any]] = {}
-    for r in found:
-        table = r["recon"].removeprefix(prefix)
-        held = by_table.setdefault(
-            (table, r["left_side"]),
-            {"table": table, "live": r["left_side"], "dates": 0, "differ": 0, "breaks": 0},
-        )
-        held["dates"] += 1
-        held["differ"] += 0 if r["clean"] else 1
-        held["breaks"] += r["breaks"]
-    return sorted(by_table.values(), key=lambda d: (d["live"], d["table"]))
 
 
 class SwitchApproval(ApprovalOperator):

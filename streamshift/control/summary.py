@@ -34,7 +34,7 @@ from streamshift.store.records import (
     stage_history,
 )
 from streamshift.store.tables import rows
-from streamshift.store.versions import deployed, files_digest
+from streamshift.store.versions import deployed, files_digest, shadows, version_differences
 
 
 def query_value(text: str) -> str:
@@ -159,7 +159,17 @@ def code_summary(settings: Settings, flow: str) -> dict[str, Any]:
         if changed
         else None
     )
-    return {"layers": layers, "pending": pending}
+    built = shadows(settings.warehouse, flow)
+    shadow = None
+    if built:
+        version = max(r["version"] for r in built.values())
+        shadow = {
+            "version": version,
+            "built_at": max(r["deployed_at"] for r in built.values()),
+            "differences": version_differences(settings, flow, version),
+            "switch": f"streamshift promote --flow {flow} --version {version}",
+        }
+    return {"layers": layers, "pending": pending, "shadow": shadow}
 
 
 def _quarantine(settings: Settings, flow: str, stage: str) -> dict[str, Any]:

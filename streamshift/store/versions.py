@@ -14,6 +14,7 @@ from streamshift.store.tables import rows
 
 if TYPE_CHECKING:
     from streamshift.spec.flow import Flow
+    from streamshift.spec.settings import Settings
 
 # What recorded a version: the layer's first write, the same code under changed files, a
 # change a job applied in place, ``streamshift evolve``, a version built beside the live one
@@ -120,6 +121,28 @@ def history(warehouse: Path, flow: str) -> list[dict[str, Any]]:
     """Every recorded version of ``flow`` in both layers, oldest first."""
     found = rows(ControlTables(warehouse).flow_versions, where=[("flow", "=", flow)])
     return sorted(found, key=lambda r: (r["deployed_at"], r["layer"]))
+
+
+def version_differences(settings: Settings, flow: str, version: int) -> list[dict[str, Any]]:
+    """The recorded comparison of ``version`` (built beside the live one) with the live
+    version: per table and layer, the dates compared, the dates and rows that differ."""
+    prefix = f"shadow:v{version}:"
+    found = [
+        r
+        for r in rows(ControlTables(settings.warehouse).recon_runs, where=[("flow", "=", flow)])
+        if r["recon"].startswith(prefix)
+    ]
+    by_table: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in found:
+        table = r["recon"].removeprefix(prefix)
+        held = by_table.setdefault(
+            (table, r["left_side"]),
+            {"table": table, "live": r["left_side"], "dates": 0, "differ": 0, "breaks": 0},
+        )
+        held["dates"] += 1
+        held["differ"] += 0 if r["clean"] else 1
+        held["breaks"] += r["breaks"]
+    return sorted(by_table.values(), key=lambda d: (d["live"], d["table"]))
 
 
 def files_digest(folder: Path | None, extra: tuple[Path, ...] = ()) -> str:
