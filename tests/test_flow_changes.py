@@ -20,6 +20,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from streamshift.spec.scaffold import init_project
 from streamshift.store.tables import rows
+from streamshift.store.versions import expired_roots
 from tests.cli_support import cli_env, run_cli, suite_engine
 from tests.trades_data import trade
 
@@ -69,6 +70,15 @@ PROBE = (
     "import json; from streamshift.control.summary import code_summary; "
     "from streamshift.spec.settings import load_settings; "
     "print(json.dumps(code_summary(load_settings(), 'payments'), default=str))"
+)
+
+
+# What the maintain job does first (its Delta upkeep of the live tables is tested elsewhere).
+UPKEEP = (
+    "import json; from streamshift.spec.registry import get_flow; "
+    "from streamshift.spec.settings import load_settings; "
+    "from streamshift.store.versions import remove_expired; "
+    "print(json.dumps(remove_expired(load_settings().warehouse, get_flow('payments'), 0)))"
 )
 
 
@@ -475,3 +485,57 @@ def test_a_changed_view_shadowed_switched_to_and_back(tmp_path: Path) -> None:
     assert back.returncode == 0, back.stderr
     assert "switched from version 2 to version 1" in back.stdout
     assert served() == _by_merchant_oracle([*day1, *day2, *more], None)
+
+    # Upkeep removes version 2's tables once readers left it longer than the retention ago
+    # (here 0 days): version 1's stay, and a switch to version 2 now says they are gone.
+    removed = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", UPKEEP],
+            env={**env, "STREAMSHIFT_PROJECT": str(live)},
+            cwd=live,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    assert removed and all(r.startswith("version 2: ") for r in removed)
+    assert not (warehouse / "batch" / "v2" / "payments").exists()
+    assert served() == _by_merchant_oracle([*day1, *day2, *more], None)
+    gone = cli(new, "promote", "--flow", "payments", "--version", "2", "--force", "--reason", "x")
+    assert gone.returncode != 0 and "tables are gone" in gone.stderr, gone.stderr
+
+
+def test_upkeep_keeps_the_live_version_the_pending_one_and_those_left_recently() -> None:
+    """Which version folders upkeep may remove, from the records alone."""
+    t0 = dt.datetime(2026, 11, 1)
+
+    def at(days: int, version: int, how: str, root: str) -> dict:
+        return {
+            "version": version,
+            "how": how,
+            "root": root,
+            "deployed_at": t0 + dt.timedelta(days=days),
+        }
+
+    found = [
+        at(0, 1, "first use", ""),
+        at(1, 2, "shadow", "v2/f"),
+        at(2, 2, "switched", "v2/f"),
+        at(3, 3, "shadow", "v3/f"),  # never served, superseded by 4
+        at(5, 4, "shadow", "v4/f"),
+        at(6, 4, "switched", "v4/f"),
+        at(8, 5, "shadow", "v5/f"),  # pending
+    ]
+    week = dt.timedelta(days=7)
+    assert expired_roots(found, week, t0 + dt.timedelta(days=9)) == [("", 1)]
+    assert expired_roots(found, week, t0 + dt.timedelta(days=10)) == [("", 1), ("v3/f", 3)]
+    assert expired_roots(found, week, t0 + dt.timedelta(days=13)) == [
+        ("", 1), ("v2/f", 2), ("v3/f", 3)
+    ]  # fmt: skip
+    # Switched back to 1 on day 12: its folder is live again, 4 was left that day, and 5 is no
+    # longer pending (it was built beside 4).
+    back = [*found, at(12, 1, "switched", "")]
+    assert expired_roots(back, week, t0 + dt.timedelta(days=18)) == [
+        ("v2/f", 2), ("v3/f", 3), ("v5/f", 5)
+    ]  # fmt: skip
+    assert ("v4/f", 4) in expired_roots(back, week, t0 + dt.timedelta(days=19))

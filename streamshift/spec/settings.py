@@ -226,6 +226,13 @@ class Settings:
         _positive_int,
         "minutes a promotion waits for its approval; unanswered, it is recorded as rejected",
     )
+    version_retention_days: int = _setting(
+        30,
+        _non_negative_int,
+        "days upkeep keeps a flow version's tables after readers switched away from it (or "
+        "after it was built, for a version never served): a roll back within them is one "
+        "`streamshift promote --version`",
+    )
     stream_quality_every: int = _setting(
         0,
         _non_negative_int,

@@ -4,6 +4,7 @@ and ``plan`` show."""
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from pathlib import Path
@@ -143,6 +144,66 @@ def version_differences(settings: Settings, flow: str, version: int) -> list[dic
         held["differ"] += 0 if r["clean"] else 1
         held["breaks"] += r["breaks"]
     return sorted(by_table.values(), key=lambda d: (d["live"], d["table"]))
+
+
+def expired_roots(
+    found: list[dict[str, Any]], retention: dt.timedelta, now: dt.datetime
+) -> list[tuple[str, int]]:
+    """The version folders of one flow's records ``found`` that upkeep may remove: (root,
+    version) of each that is neither live nor the newest shadow, and that readers switched away
+    from (or, never served, that was built) longer than ``retention`` before ``now``."""
+    for row in found:
+        row["root"] = row.get("root") or ""
+    served = sorted((r for r in found if r["how"] != SHADOW), key=lambda r: r["deployed_at"])
+    if not served:
+        return []
+    live_root_now = served[-1]["root"]
+    keep = {live_root_now}
+    built = sorted((r for r in found if r["how"] == SHADOW), key=lambda r: r["deployed_at"])
+    if built and built[-1]["deployed_at"] > served[-1]["deployed_at"]:
+        keep.add(built[-1]["root"])  # pending: not switched to yet
+    last_needed: dict[str, dt.datetime] = {}
+    version_of: dict[str, int] = {}
+    for row in [*served, *built]:
+        version_of.setdefault(row["root"], row["version"])
+    for i, row in enumerate(served):
+        # Served until the next served record that points elsewhere.
+        after = next((r for r in served[i + 1 :] if r["root"] != row["root"]), None)
+        until = after["deployed_at"] if after else now
+        last_needed[row["root"]] = max(last_needed.get(row["root"], until), until)
+    for row in built:
+        last_needed.setdefault(row["root"], row["deployed_at"])
+    return sorted(
+        (root, version_of[root])
+        for root, at in last_needed.items()
+        if root not in keep and now - at >= retention
+    )
+
+
+def remove_expired(
+    warehouse: Path, flow: Flow, retention_days: int, now: dt.datetime | None = None
+) -> list[str]:
+    """Remove the tables of ``flow``'s versions :func:`expired_roots` names, in both layers
+    (upkeep); what was removed. A version folder goes whole; the layer's own folder keeps the
+    tables its flows share (quarantine, late events) and loses the flow's."""
+    import shutil
+
+    now = now or dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    expired = expired_roots(_recorded(warehouse, flow.name), dt.timedelta(days=retention_days), now)
+    removed = []
+    for root, version in expired:
+        for layer in ("batch", "stream"):
+            tables = LayerTables(warehouse, flow, layer, root)
+            if root:
+                paths = [Path(warehouse) / layer / root]
+            else:
+                own = [tables.current, tables.history, tables.redeliveries]
+                paths = [Path(p) for p in [*own, *(tables.view(v.name) for v in flow.views)]]
+            for path in paths:
+                if path.exists():
+                    shutil.rmtree(path)
+                    removed.append(f"version {version}: {path.relative_to(warehouse)}")
+    return removed
 
 
 def files_digest(folder: Path | None, extra: tuple[Path, ...] = ()) -> str:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from streamshift.spec.catalog import LAYERS
 from streamshift.spec.flow import Flow
 from streamshift.spec.settings import Settings
-from streamshift.store.versions import live_tables
+from streamshift.store.versions import live_tables, remove_expired
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -53,9 +53,12 @@ class MaintainResult:
     flow: str
     tables: list[TableUpkeep] = field(default_factory=list)
     seconds: float = 0.0
+    # Tables of versions readers switched away from longer than the retention ago.
+    removed: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         lines = [t.describe() for t in self.tables] or ["no tables yet"]
+        lines += [f"removed {r} (STREAMSHIFT_VERSION_RETENTION_DAYS)" for r in self.removed]
         return (
             f"maintained {len(self.tables)} tables of {self.flow} in {self.seconds:.1f}s:\n  "
             + "\n  ".join(lines)
@@ -94,6 +97,7 @@ def run_maintain(
 
     started = time.monotonic()
     result = MaintainResult(flow.name)
+    result.removed = remove_expired(settings.warehouse, flow, settings.version_retention_days)
     jvm_delta_log = spark._jvm.org.apache.spark.sql.delta.DeltaLog  # type: ignore[union-attr]
     for path in flow_tables(settings, flow):
         name = str(Path(path).relative_to(settings.warehouse))
