@@ -445,6 +445,8 @@ def test_a_changed_view_shadowed_switched_to_and_back(tmp_path: Path) -> None:
     built = cli(new, "evolve", "--flow", "payments", "--shadow")
     assert built.returncode == 0, built.stderr
     assert "version 2 built beside the live version 1" in built.stdout
+    assert "by_merchant (batch): 1 groups differ over 1 dates" in built.stdout
+    assert '{"business_date":"2026-11-20","merchant":"ZED"}  amount: 4.00 → null' in built.stdout
     old, changed = _by_merchant_oracle(day1, None), _by_merchant_oracle(day1, Decimal(5))
     differ = sorted(g for g in old if old[g] != changed[g])
     assert differ == [(str(DAY1), "ZED")]
@@ -460,6 +462,9 @@ def test_a_changed_view_shadowed_switched_to_and_back(tmp_path: Path) -> None:
     assert {(d["table"], d["live"], d["dates"], d["differ"]) for d in page["shadow"]["differences"]} == {
         ("by_merchant", "batch v1", 1, 1), ("current", "batch v1", 1, 0)
     }  # fmt: skip
+    assert [(e["key"], e["column"], e["live"], e["new"]) for e in page["shadow"]["examples"]] == [
+        ('{"business_date":"2026-11-20","merchant":"ZED"}', "amount", "4.00", None)
+    ]
 
     # The live deployment goes on loading; the new code may not write the live tables.
     day2 = [_payment("P4", 1, DAY2, "ZED", "3.00"), _payment("P5", 1, DAY2, "ACME", "7.00")]
@@ -477,9 +482,18 @@ def test_a_changed_view_shadowed_switched_to_and_back(tmp_path: Path) -> None:
     assert served() == _by_merchant_oracle([*day1, *day2], Decimal(5))
     assert _code_summary({**env, "STREAMSHIFT_PROJECT": str(new)}, new)["shadow"] is None
     more = [_payment("P6", 1, DAY2, "ZED", "9.00")]
+    # The new deployment's reference feed gains a merchant: its run records another digest.
+    (new / "flows" / "payments" / "reference" / "merchants.csv").write_text(
+        "merchant,category\nACME,hardware\nZED,toys\nNEW,books\n"
+    )
     done = eod(new, "c.csv", DAY2, more)
     assert done.returncode == 0, done.stderr
 
+    feeds = [
+        r["reference"]
+        for r in sorted(rows(str(warehouse / "control" / "eod_runs")), key=lambda r: r["run_at"])
+    ]
+    assert len(feeds) == 3 and feeds[0] == feeds[1] != feeds[2] and all(feeds), feeds
     back = cli(live, "promote", "--flow", "payments", "--version", "1", "--force",
                "--reason", "roll back")  # fmt: skip
     assert back.returncode == 0, back.stderr

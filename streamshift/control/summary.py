@@ -34,7 +34,14 @@ from streamshift.store.records import (
     stage_history,
 )
 from streamshift.store.tables import rows
-from streamshift.store.versions import deployed, files_digest, shadows, version_differences
+from streamshift.store.versions import (
+    SWITCHED,
+    deployed,
+    files_digest,
+    shadows,
+    version_differences,
+    version_examples,
+)
 
 
 def query_value(text: str) -> str:
@@ -136,6 +143,15 @@ def flow_summary(settings: Settings, flow: str) -> dict[str, Any]:
     }
 
 
+def _said(recorded: dict[str, Any]) -> str:
+    """What a version record says changed (a switch: the version it switched from)."""
+    if recorded["how"] == SWITCHED:
+        came = json.loads(recorded["changes"] or "{}").get("from", {})
+        before = sorted({v["version"] for v in came.values()})
+        return f"from version {', '.join(map(str, before))}" if before else ""
+    return str(recorded["changes"] or "")
+
+
 def code_summary(settings: Settings, flow: str) -> dict[str, Any]:
     """The flow version each layer's tables were written by, and whether the flow's files
     changed since (a pending plan: ``streamshift plan`` says what it needs)."""
@@ -146,7 +162,7 @@ def code_summary(settings: Settings, flow: str) -> dict[str, Any]:
             layers[layer] = {
                 "version": recorded["version"],
                 "how": recorded["how"],
-                "changes": recorded["changes"],
+                "changes": _said(recorded),
                 "deployed_at": recorded["deployed_at"],
                 "deployed_by": recorded["deployed_by"],
                 "files": recorded["files"],
@@ -167,6 +183,7 @@ def code_summary(settings: Settings, flow: str) -> dict[str, Any]:
             "version": version,
             "built_at": max(r["deployed_at"] for r in built.values()),
             "differences": version_differences(settings, flow, version),
+            "examples": version_examples(settings, flow, version),
             "switch": f"streamshift promote --flow {flow} --version {version}",
         }
     return {"layers": layers, "pending": pending, "shadow": shadow}

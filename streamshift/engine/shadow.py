@@ -30,7 +30,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streamshift.engine import versions as code
-from streamshift.engine.compare import BREAK_COLUMNS, KINDS, compare
+from streamshift.engine.compare import BREAK_COLUMNS, KINDS, MISSING_RIGHT, compare
 from streamshift.engine.recon import ensure_recon_tables, new_run_id
 from streamshift.engine.write.apply import apply_changes
 from streamshift.engine.write.commits import append, overwrite
@@ -39,6 +39,7 @@ from streamshift.engine.write.transforms import checked_changes, latest_per_key,
 from streamshift.spec.catalog import (
     LAYERS,
     RECON_RUNS_SCHEMA,
+    SHADOW_RECON,
     ControlTables,
     LayerTables,
     version_root,
@@ -60,11 +61,15 @@ if TYPE_CHECKING:
     from streamshift.spec.flow import Flow
     from streamshift.spec.settings import Settings
 
-SHADOW_RECON = "shadow"
+EXAMPLES = 5  # differences shown per table
 
 
 def _say(message: str) -> None:
     print(f"[shadow] {message}", file=sys.stderr, flush=True)
+
+
+def _shown(value: object) -> str:
+    return "null" if value is None else str(value)
 
 
 def recon_name(version: int, table: str) -> str:
@@ -153,13 +158,17 @@ class ShadowResult:
     live_version: int
     plan: Any
     layers: dict[str, dict[str, int]] = field(default_factory=dict)
+    reference: str = ""  # the digest of the reference feed history was re-applied with
     # (layer, table) -> (dates compared, groups that differ, breaks)
     differences: dict[tuple[str, str], tuple[int, int, int]] = field(default_factory=dict)
+    examples: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
 
     def describe(self) -> str:
         head = (
             f"{self.flow}: version {self.version} built beside the live version "
-            f"{self.live_version} (source: the live history; nothing served changed)"
+            f"{self.live_version} (source: the live history"
+            + (f", reference feed {self.reference}" if self.reference else "")
+            + "; nothing served changed)"
         )
         lines = [head]
         lines += [f"  {c.describe()}" for c in self.plan.changes]
@@ -174,9 +183,18 @@ class ShadowResult:
                 if breaks
                 else f"  {table} ({layer}): the same on {dates} dates"
             )
+            for b in self.examples.get((layer, table), []):
+                what = (
+                    f"{b['column']}: {_shown(b['left_value'])} → {_shown(b['right_value'])}"
+                    if b["column"]
+                    else "only in the live version"
+                    if b["kind"] == MISSING_RIGHT
+                    else "only in the new version"
+                )
+                lines.append(f"    {b['key']}  {what}")
         lines.append(
-            f"  differences: streamshift show --flow {self.flow} --view breaks (recon "
-            f"{recon_name(self.version, '<table>')}); switch with `streamshift promote --flow "
+            f"  every difference: the Migration page, and control/recon_breaks under recon "
+            f"{recon_name(self.version, '<table>')}; serve it with `streamshift promote --flow "
             f"{self.flow} --version {self.version}`"
         )
         return "\n".join(lines)
@@ -210,6 +228,7 @@ def build_shadow(spark: SparkSession, settings: Settings, flow: Flow) -> ShadowR
             spark, flow, LayerTables(warehouse, flow, layer, root), None, settings.reference_dir
         ).create_tables()
         kept, moved = reapply_history(spark, flow, live, target, f"shadow:v{version}")
+        result.reference = target.reference_digest
         for source, into in (
             (live.redeliveries, target.tables.redeliveries),
             (live.quarantine, target.tables.quarantine),
@@ -220,9 +239,11 @@ def build_shadow(spark: SparkSession, settings: Settings, flow: Flow) -> ShadowR
         for view in flow.views:
             overwrite(view.compute(state), target.tables.view(view.name), (flow.business_date,))
         result.layers[layer] = {"history": kept, "quarantined": moved}
-        result.differences.update(
-            _compare(spark, settings, flow, live, target.tables, result.live_version, version)
+        found, examples = _compare(
+            spark, settings, flow, live, target.tables, result.live_version, version
         )
+        result.differences.update(found)
+        result.examples.update(examples)
     code.record_version(
         spark, warehouse, flow, version, records.SHADOW, changed.summary(), root=root
     )
@@ -237,9 +258,12 @@ def _compare(
     shadow: LayerTables,
     live_version: int,
     version: int,
-) -> dict[tuple[str, str], tuple[int, int, int]]:
+) -> tuple[
+    dict[tuple[str, str], tuple[int, int, int]], dict[tuple[str, str], list[dict[str, Any]]]
+]:
     """Each view (and current state) of every date, live vs shadow, recorded as reconciliation
-    runs and breaks (two commits for all); per table: (dates, groups that differ, breaks)."""
+    runs and breaks (two commits for all); per table: (dates, groups that differ, breaks), and
+    the first few differences."""
     ensure_recon_tables(spark, settings)
     day = flow.business_date
     pairs = [("current", live.current, shadow.current, [flow.key])]
@@ -247,6 +271,7 @@ def _compare(
         (v.name, live.view(v.name), shadow.view(v.name), list(v.group_key)) for v in flow.views
     ]
     found: dict[tuple[str, str], tuple[int, int, int]] = {}
+    examples: dict[tuple[str, str], list[dict[str, Any]]] = {}
     all_breaks: list[DataFrame] = []
     runs: list[tuple[Any, ...]] = []
     for table, left_path, right_path, key in pairs:
@@ -317,6 +342,10 @@ def _compare(
             sum(g for _, g in per_date.values()),
             sum(b for b, _ in per_date.values()),
         )
+        if per_date:
+            examples[(live.layer, table)] = [
+                r.asDict() for r in breaks.orderBy("key", "column").limit(EXAMPLES).collect()
+            ]
         breaks.unpersist()
     control = ControlTables(settings.warehouse)
     if all_breaks:
@@ -327,7 +356,7 @@ def _compare(
     if runs:
         frame = spark.createDataFrame(runs, RECON_RUNS_SCHEMA.replace(", run_at TIMESTAMP", ""))
         append(frame.withColumn("run_at", F.current_timestamp()), control.recon_runs)
-    return found
+    return found, examples
 
 
 # ---- switching ------------------------------------------------------------------------------

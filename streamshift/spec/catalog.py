@@ -19,6 +19,9 @@ LAYERS = ("batch", "stream")
 # The reconciliations recorded in recon_runs: stream vs batch (``parity`` or ``parity:<view>``),
 # against an external file, against the EOD file.
 PARITY, EXTERNAL, EOD_FILE = "parity", "external", "eod_file"
+# A version built beside the live one compared with it (``shadow:v<N>:<table>``): the change's
+# evidence, not a reconciliation of the day.
+SHADOW_RECON = "shadow"
 # The kinds of break recorded in recon_breaks.
 MISSING_LEFT = "missing_left"  # the key exists only on the right
 MISSING_RIGHT = "missing_right"  # the key exists only on the left
@@ -32,7 +35,8 @@ QUARANTINE_SCHEMA = (
 LATE_EVENTS_SCHEMA = "flow STRING, business_date DATE, key STRING, version BIGINT, arrived_at TIMESTAMP, source STRING"
 EOD_RUNS_SCHEMA = (
     "flow STRING, layer STRING, business_date DATE, file STRING, mode STRING, "
-    "received BIGINT, accepted BIGINT, rejected BIGINT, late BIGINT, run_at TIMESTAMP"
+    "received BIGINT, accepted BIGINT, rejected BIGINT, late BIGINT, run_at TIMESTAMP, "
+    "reference STRING"
 )
 
 # Closed business dates, one row per layer a close covers: a change for a closed date is late.

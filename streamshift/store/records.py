@@ -10,7 +10,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from streamshift.spec.catalog import PARITY, ControlTables
+from streamshift.spec.catalog import PARITY, SHADOW_RECON, ControlTables
 from streamshift.spec.settings import Settings
 from streamshift.spec.stages import FIRST
 from streamshift.store.tables import rows
@@ -72,6 +72,8 @@ def latest_runs(settings: Settings, flow: str, stage: str | None = None) -> list
     if stage is not None:
         where.append(("stage", "=", stage))
     for run in rows(_control(settings).recon_runs, where=where):
+        if run["recon"].startswith(f"{SHADOW_RECON}:"):
+            continue  # a version's comparison with the live one: not the day's reconciliation
         key = (run["business_date"], run["recon"])
         if key not in latest or run["run_at"] > latest[key]["run_at"]:
             latest[key] = run
@@ -136,8 +138,10 @@ def late_dates_to_reconcile(
     """Business dates with late events that arrived after the date's last reconciliation."""
     last_recon: dict[dt.date, dt.datetime] = {}
     for r in rows(
-        _control(settings).recon_runs, ["business_date", "run_at"], [("flow", "=", flow)]
+        _control(settings).recon_runs, ["business_date", "run_at", "recon"], [("flow", "=", flow)]
     ):
+        if r["recon"].startswith(f"{SHADOW_RECON}:"):
+            continue
         d = r["business_date"]
         last_recon[d] = max(last_recon.get(d, r["run_at"]), r["run_at"])
     dates: set[dt.date] = set()

@@ -206,6 +206,25 @@ def remove_expired(
     return removed
 
 
+def version_examples(
+    settings: Settings, flow: str, version: int, limit: int = 8
+) -> list[dict[str, Any]]:
+    """The first recorded differences of ``version`` from the live version (table, key,
+    column, the live and the new value)."""
+    prefix = f"shadow:v{version}:"
+    found = [
+        {
+            **r,
+            "table": r["recon"].removeprefix(prefix),
+            "live": r["left_value"],
+            "new": r["right_value"],
+        }
+        for r in rows(ControlTables(settings.warehouse).recon_breaks, where=[("flow", "=", flow)])
+        if r["recon"].startswith(prefix)
+    ]
+    return sorted(found, key=lambda r: (r["table"], r["key"], r["column"] or ""))[:limit]
+
+
 def files_digest(folder: Path | None, extra: tuple[Path, ...] = ()) -> str:
     """sha256 of the Python files under ``folder`` (and the files ``extra``), by content: the
     flow's source as it is on disk. Empty when there is no folder (a flow defined elsewhere is

@@ -20,6 +20,7 @@ from streamshift.engine.write.runs import file_digest, run_key
 from streamshift.engine.write.target import Target, when_small
 from streamshift.engine.write.transforms import parse, replacement_cancels
 from streamshift.spec import stages
+from streamshift.spec.catalog import EOD_RUNS_SCHEMA
 from streamshift.spec.contract import MALFORMED, SOURCE
 from streamshift.spec.flow import Flow
 from streamshift.store.eodfile import BadFileError, FileLayout, check_file
@@ -209,14 +210,17 @@ def _record_run(
             result.accepted,
             result.rejected,
             result.late,
+            result.reference,
         )
     ]
     df = spark.createDataFrame(
         row,
         "flow STRING, layer STRING, business_date DATE, file STRING, mode STRING, "
-        "received BIGINT, accepted BIGINT, rejected BIGINT, late BIGINT",
+        "received BIGINT, accepted BIGINT, rejected BIGINT, late BIGINT, reference STRING",
     ).withColumn("run_at", F.current_timestamp())
-    append(df, target.tables.eod_runs)
+    # mergeSchema: a table written before runs recorded their reference feed gains the column.
+    order = [c.split()[0] for c in EOD_RUNS_SCHEMA.split(", ")]
+    append(df.select(*order), target.tables.eod_runs, merge_schema=True)
 
 
 def _progress(message: str) -> None:

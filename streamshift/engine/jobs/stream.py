@@ -374,6 +374,7 @@ class ProgressRecorder(StreamingQueryListener):
             "rejected": result.rejected if result else None,
             "late": result.late if result else None,
             "unknown_rows": result.unknown_rows if result else None,
+            "reference": result.reference if result else None,
             "unknown_fields": list(result.unknown_fields) if result else None,
             "quality": self.totals.sampled.get(p.batchId),
         }

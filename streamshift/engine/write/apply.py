@@ -120,6 +120,8 @@ class ApplyResult:
     # names: ignored (the setting unknown_fields = refuse quarantines such events instead).
     unknown_rows: int = 0
     unknown_fields: tuple[str, ...] = ()
+    # The digest of the reference data the batch was checked with (the day's feed).
+    reference: str = ""
 
     def describe(self) -> str:
         groups = ", ".join(f"{v} {k} groups" for k, v in self.touched_groups.items())
@@ -255,6 +257,7 @@ def _apply_once(
     checked = checked_batch(flow, changes, target.reference)
     try:
         result = ApplyResult()
+        result.reference = target.reference_digest
         timer = Timer(on_step)
         # One pass over the persisted frame counts the rows by rule and, per view group (of
         # which the business date is part), the accepted versions, the keys (one latest row

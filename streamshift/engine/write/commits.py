@@ -167,10 +167,14 @@ def merge_into(
     return {k: int(v or 0) for k, v in row.asDict().items()} if row is not None else {}
 
 
-def append(frame: DataFrame, path: str) -> None:
-    """Append ``frame`` to the Delta table at ``path`` (one commit)."""
+def append(frame: DataFrame, path: str, merge_schema: bool = False) -> None:
+    """Append ``frame`` to the Delta table at ``path`` (one commit); ``merge_schema``: the
+    table gains the frame's columns it lacks."""
     _faults.before()
-    frame.write.format("delta").mode("append").save(path)
+    writer = frame.write.format("delta").mode("append")
+    if merge_schema:
+        writer = writer.option("mergeSchema", "true")
+    writer.save(path)
     _written.add(path)
     _faults.after(f"append to {path}")
 

@@ -204,6 +204,19 @@ def reference_path(flow: Flow, table: ReferenceTable, override_dir: str = "") ->
     return table.path
 
 
+def reference_digest(flow: Flow, override_dir: str = "") -> str:
+    """A digest of the content of the reference files ``flow`` reads (where
+    :func:`reference_path` finds them): the feed a run was checked with. Empty without
+    reference tables."""
+    if not flow.reference:
+        return ""
+    sha = hashlib.sha256()
+    for ref in sorted(flow.reference, key=lambda r: r.name):
+        sha.update(ref.name.encode() + b"\0")
+        sha.update(hashlib.sha256(reference_path(flow, ref, override_dir).read_bytes()).digest())
+    return sha.hexdigest()[:16]
+
+
 def load_reference(spark: SparkSession, flow: Flow, override_dir: str = "") -> dict[str, DataFrame]:
     """Each reference table of ``flow`` as a cached DataFrame, read with its declared schema
     (from ``override_dir`` where it holds the table: :func:`reference_path`).
@@ -282,6 +295,7 @@ class Target:
         self.tables = tables
         self._reference = reference
         self._reference_dir = reference_dir
+        self._reference_digest = ""
         self._created = False
         self._closed: tuple[int, set[dt.date]] | None = None
 
@@ -298,8 +312,15 @@ class Target:
     def reference(self) -> Reference:
         """The flow's reference data, read on first use and cached for the target's life."""
         if self._reference is None:
+            self._reference_digest = reference_digest(self.flow, self._reference_dir)
             self._reference = load_reference(self.spark, self.flow, self._reference_dir)
         return self._reference
+
+    @property
+    def reference_digest(self) -> str:
+        """The digest of the reference files :attr:`reference` read (empty before it did, or
+        when the target was handed its reference data)."""
+        return self._reference_digest
 
     def create_tables(self) -> Target:
         """Create the layer's tables where missing (idempotent; a no-op after the first call)."""
