@@ -9,6 +9,7 @@ import csv
 import dataclasses
 import datetime as dt
 import json
+import os
 import subprocess
 import sys
 import time
@@ -553,3 +554,113 @@ def test_upkeep_keeps_the_live_version_the_pending_one_and_those_left_recently()
         ("v2/f", 2), ("v3/f", 3), ("v5/f", 5)
     ]  # fmt: skip
     assert ("v4/f", 4) in expired_roots(back, week, t0 + dt.timedelta(days=19))
+
+
+@pytest.mark.kafka
+@pytest.mark.skipif(
+    not suite_engine(), reason="the suite runs without its engine (TESTS_ENGINE=off)"
+)
+def test_a_switch_stops_the_stream_and_loses_and_doubles_nothing(
+    kafka_settings, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """A stream job of the live code runs while version 2 is built beside it and while more
+    events arrive; the switch stops it (SIGTERM: it finishes its batch), catches version 2 up
+    and serves it; the stream started again on the new code takes the events sent while it was
+    stopped. Version 2's history holds every produced version once, its view = an oracle of
+    the new logic."""
+    import shutil
+    import signal
+
+    from streamshift.store.heartbeat import read_heartbeat
+    from streamshift.store.kafka import ensure_topic
+    from tests.cli_support import CLI, LOCAL_SPARK
+    from tests.stream_support import isolated, new_topic
+
+    home = tmp_path / "home"
+    settings = isolated(kafka_settings, home)
+    topic = new_topic("payments")
+    ensure_topic(settings, topic, partitions=2)
+    live, new = tmp_path / "live", tmp_path / "new"
+    init_project(live)
+    (live / "flows" / "payments" / "reference" / "merchants.csv").write_text(
+        "merchant,category\nACME,hardware\nZED,toys\n"
+    )
+    shutil.copytree(live / "flows", new / "flows")
+    shutil.copy(live / "streamshift.toml", new / "streamshift.toml")
+    flow_file = new / "flows" / "payments" / "__init__.py"
+    flow_file.write_text(
+        flow_file.read_text().replace(
+            'F.sum("amount").alias("amount")',
+            'F.sum(F.when(F.col("amount") >= 5, F.col("amount"))).alias("amount")',
+        )
+    )
+    env = cli_env(home, kafka_bootstrap_servers=settings.kafka_bootstrap_servers, **LOCAL_SPARK)
+
+    def cli(project: Path, *args: str):  # type: ignore[no-untyped-def]
+        return run_cli(home, *args, env={**env, "STREAMSHIFT_PROJECT": str(project)}, cwd=project)
+
+    sent: list[dict[str, str]] = []
+
+    def produce(name: str, lines: list[dict[str, str]]) -> None:
+        path = _file(tmp_path / name, OLD_HEADER, lines)
+        done = cli(live, "produce", "--flow", "payments", "--file", str(path), "--topic", topic)
+        assert done.returncode == 0, done.stderr
+        sent.extend(lines)
+
+    def caught_up(job: subprocess.Popen[bytes]) -> None:
+        deadline = time.monotonic() + 240
+        while True:
+            beat = read_heartbeat(home, "payments", "stream")
+            if (
+                beat.get("pid") == job.pid
+                and beat.get("lag") == 0
+                and beat.get("last_batch_id") is not None
+            ):
+                return
+            assert job.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, f"the stream did not catch up: {beat}"
+            time.sleep(0.5)
+
+    log = tmp_path / "stream.log"
+    produce("a.csv", [_payment(f"P{i}", 1, DAY1, "ZED" if i % 2 else "ACME", f"{i + 2}.00")
+                      for i in range(1, 5)])  # fmt: skip
+    with open(log, "ab") as out:
+        job = subprocess.Popen(
+            [*CLI, "stream", "--flow", "payments", "--topic", topic, "--trigger", "1 second"],
+            env={**env, "STREAMSHIFT_PROJECT": str(live)},
+            cwd=live,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        caught_up(job)
+        built = cli(new, "evolve", "--flow", "payments", "--shadow")
+        assert built.returncode == 0, built.stderr
+        produce("b.csv", [_payment("P5", 1, DAY2, "ZED", "9.00"),
+                          _payment("P1", 2, DAY1, "ZED", "1.00")])  # fmt: skip
+        caught_up(job)
+        switched = cli(new, "promote", "--flow", "payments", "--version", "2", "--force",
+                       "--reason", "reviewed")  # fmt: skip
+        assert switched.returncode == 0, switched.stderr
+        assert "stream layer: 2 versions applied" in switched.stdout
+        assert "stream jobs stopped for the switch (stream)" in switched.stdout
+        assert job.wait(30) is not None  # stopped by the switch
+        assert read_heartbeat(home, "payments", "stream")["state"] == "switched"
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    produce("c.csv", [_payment("P6", 1, DAY2, "ACME", "4.00")])  # while it was stopped
+    drained = cli(new, "stream", "--flow", "payments", "--topic", topic, "--available-now")
+    assert drained.returncode == 0, drained.stderr
+
+    v2 = home / "warehouse" / "stream" / "v2" / "payments"
+    history = sorted((r["payment_id"], r["version"]) for r in rows(str(v2 / "payments_history")))
+    assert history == sorted((r["payment_id"], int(r["version"])) for r in sent)
+    shown = cli(new, "show", "--flow", "payments", "--view", "by_merchant", "--layer", "stream",
+                "--format", "csv")  # fmt: skip
+    served = {
+        (r["business_date"], r["merchant"]): Decimal(r["amount"]) if r["amount"] else None
+        for r in csv.DictReader(shown.stdout.splitlines())
+    }
+    assert served == _by_merchant_oracle(sent, Decimal(5))
