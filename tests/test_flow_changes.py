@@ -406,9 +406,9 @@ def test_a_changed_view_shadowed_switched_to_and_back(tmp_path: Path) -> None:
     env = cli_env(tmp_path / "home")
     warehouse = tmp_path / "home" / "warehouse"
 
-    def cli(project: Path, *args: str):  # type: ignore[no-untyped-def]
+    def cli(project: Path, *args: str, **extra: str):  # type: ignore[no-untyped-def]
         done = run_cli(
-            tmp_path, *args, env={**env, "STREAMSHIFT_PROJECT": str(project)}, cwd=project
+            tmp_path, *args, env={**env, "STREAMSHIFT_PROJECT": str(project), **extra}, cwd=project
         )
         return done
 
@@ -443,10 +443,16 @@ def test_a_changed_view_shadowed_switched_to_and_back(tmp_path: Path) -> None:
             'F.sum(F.when(F.col("amount") >= 5, F.col("amount"))).alias("amount")',
         )
     )
-    built = cli(new, "evolve", "--flow", "payments", "--shadow")
+    killed = cli(
+        new, "evolve", "--flow", "payments", "--shadow", STREAMSHIFT_KILL_AFTER_COMMITS="2"
+    )
+    assert killed.returncode != 0
+    built = cli(new, "evolve", "--flow", "payments", "--shadow")  # starts over
     assert built.returncode == 0, built.stderr
     assert "version 2 built beside the live version 1" in built.stdout
     assert "by_merchant (batch): 1 groups differ over 1 dates" in built.stdout
+    again = cli(new, "evolve", "--flow", "payments", "--shadow")
+    assert again.returncode != 0 and "version 2 is this code" in again.stderr
     assert '{"business_date":"2026-11-20","merchant":"ZED"}  amount: 4.00 → null' in built.stdout
     old, changed = _by_merchant_oracle(day1, None), _by_merchant_oracle(day1, Decimal(5))
     differ = sorted(g for g in old if old[g] != changed[g])

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -34,7 +35,7 @@ from streamshift.engine.compare import BREAK_COLUMNS, KINDS, MISSING_RIGHT, comp
 from streamshift.engine.recon import ensure_recon_tables, new_run_id
 from streamshift.engine.write.apply import apply_changes
 from streamshift.engine.write.commits import append, overwrite
-from streamshift.engine.write.target import Target, is_table, read
+from streamshift.engine.write.target import Target, ensure_table, is_table, read, state_schema
 from streamshift.engine.write.transforms import checked_changes, latest_per_key, state_columns
 from streamshift.spec.catalog import (
     LAYERS,
@@ -216,8 +217,21 @@ def build_shadow(spark: SparkSession, settings: Settings, flow: Flow) -> ShadowR
             f"flow {flow.name}: the change is breaking ({changed.summary()}); nothing was "
             "built. Build it as a new flow, filled from history or a replay"
         )
+    mine = code.fingerprint(code.components(spark, flow))
+    pending = records.shadows(warehouse, flow.name)
+    same = next((r for r in pending.values() if r["fingerprint"] == mine), None)
+    if same is not None:
+        raise code.FlowChangedError(
+            f"flow {flow.name}: version {same['version']} is this code, built beside the live "
+            f"one already: serve it with `streamshift promote --flow {flow.name} --version "
+            f"{same['version']}`"
+        )
     version = records.highest_version(warehouse, flow.name) + 1
     root = version_root(flow.name, version)
+    for layer in LAYERS:  # a build killed before it was recorded starts over
+        leftover = warehouse / layer / root
+        if leftover.exists():
+            shutil.rmtree(leftover)
     result = ShadowResult(flow.name, version, changed.deployed or 1, changed)
     for layer in LAYERS:
         live = records.live_tables(warehouse, flow, layer)
@@ -229,6 +243,10 @@ def build_shadow(spark: SparkSession, settings: Settings, flow: Flow) -> ShadowR
         ).create_tables()
         kept, moved = reapply_history(spark, flow, live, target, f"shadow:v{version}")
         result.reference = target.reference_digest
+        if is_table(spark, live.redeliveries):
+            ensure_table(
+                spark, target.tables.redeliveries, state_schema(spark, flow), (flow.business_date,)
+            )
         for source, into in (
             (live.redeliveries, target.tables.redeliveries),
             (live.quarantine, target.tables.quarantine),

@@ -124,26 +124,46 @@ def history(warehouse: Path, flow: str) -> list[dict[str, Any]]:
     return sorted(found, key=lambda r: (r["deployed_at"], r["layer"]))
 
 
+def _latest_comparison(settings: Settings, flow: str, version: int) -> list[dict[str, Any]]:
+    """The latest recorded run of each (table, layer, date) of ``version``'s comparison with
+    the live version (a build killed after some of its records and run again recorded twice)."""
+    prefix = f"shadow:v{version}:"
+    latest: dict[tuple[str, str, Any], dict[str, Any]] = {}
+    for r in rows(ControlTables(settings.warehouse).recon_runs, where=[("flow", "=", flow)]):
+        if r["recon"].startswith(prefix):
+            key = (r["recon"], r["left_side"], r["business_date"])
+            if key not in latest or r["run_at"] > latest[key]["run_at"]:
+                latest[key] = {**r, "table": r["recon"].removeprefix(prefix)}
+    return list(latest.values())
+
+
 def version_differences(settings: Settings, flow: str, version: int) -> list[dict[str, Any]]:
     """The recorded comparison of ``version`` (built beside the live one) with the live
     version: per table and layer, the dates compared, the dates and rows that differ."""
-    prefix = f"shadow:v{version}:"
-    found = [
-        r
-        for r in rows(ControlTables(settings.warehouse).recon_runs, where=[("flow", "=", flow)])
-        if r["recon"].startswith(prefix)
-    ]
     by_table: dict[tuple[str, str], dict[str, Any]] = {}
-    for r in found:
-        table = r["recon"].removeprefix(prefix)
+    for r in _latest_comparison(settings, flow, version):
         held = by_table.setdefault(
-            (table, r["left_side"]),
-            {"table": table, "live": r["left_side"], "dates": 0, "differ": 0, "breaks": 0},
+            (r["table"], r["left_side"]),
+            {"table": r["table"], "live": r["left_side"], "dates": 0, "differ": 0, "breaks": 0},
         )
         held["dates"] += 1
         held["differ"] += 0 if r["clean"] else 1
         held["breaks"] += r["breaks"]
     return sorted(by_table.values(), key=lambda d: (d["live"], d["table"]))
+
+
+def version_examples(
+    settings: Settings, flow: str, version: int, limit: int = 8
+) -> list[dict[str, Any]]:
+    """The first recorded differences of ``version`` from the live version (table, key,
+    column, the live and the new value)."""
+    runs = {r["run_id"]: r["table"] for r in _latest_comparison(settings, flow, version)}
+    found = [
+        {**r, "table": runs[r["run_id"]], "live": r["left_value"], "new": r["right_value"]}
+        for r in rows(ControlTables(settings.warehouse).recon_breaks, where=[("flow", "=", flow)])
+        if r["run_id"] in runs
+    ]
+    return sorted(found, key=lambda r: (r["table"], r["key"], r["column"] or ""))[:limit]
 
 
 def expired_roots(
@@ -204,25 +224,6 @@ def remove_expired(
                     shutil.rmtree(path)
                     removed.append(f"version {version}: {path.relative_to(warehouse)}")
     return removed
-
-
-def version_examples(
-    settings: Settings, flow: str, version: int, limit: int = 8
-) -> list[dict[str, Any]]:
-    """The first recorded differences of ``version`` from the live version (table, key,
-    column, the live and the new value)."""
-    prefix = f"shadow:v{version}:"
-    found = [
-        {
-            **r,
-            "table": r["recon"].removeprefix(prefix),
-            "live": r["left_value"],
-            "new": r["right_value"],
-        }
-        for r in rows(ControlTables(settings.warehouse).recon_breaks, where=[("flow", "=", flow)])
-        if r["recon"].startswith(prefix)
-    ]
-    return sorted(found, key=lambda r: (r["table"], r["key"], r["column"] or ""))[:limit]
 
 
 def files_digest(folder: Path | None, extra: tuple[Path, ...] = ()) -> str:
