@@ -472,6 +472,15 @@ def test_a_changed_view_shadowed_switched_to_and_back(tmp_path: Path) -> None:
     assert [(e["key"], e["column"], e["live"], e["new"]) for e in page["shadow"]["examples"]] == [
         ('{"business_date":"2026-11-20","merchant":"ZED"}', "amount", "4.00", None)
     ]
+    reported = cli(live, "report", "--flow", "payments", "--date", str(DAY1))  # the day's report
+    assert reported.returncode == 0, reported.stderr
+    summary = json.loads(
+        (tmp_path / "home" / "reports" / "payments" / str(DAY1) / "report.json").read_text()
+    )
+    assert [(e["key"], e["live"], e["new"]) for e in summary["versions"]["shadow"]["examples"]] == [
+        ('{"business_date":"2026-11-20","merchant":"ZED"}', "4.00", None)
+    ]
+    assert not any(r["recon"].startswith("shadow:") for r in summary["reconciliation_runs"])
 
     # The live deployment goes on loading; the new code may not write the live tables.
     day2 = [_payment("P4", 1, DAY2, "ZED", "3.00"), _payment("P5", 1, DAY2, "ACME", "7.00")]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streamshift.control.trace import trace_link
-from streamshift.spec.catalog import KINDS, LAYERS, ControlTables
+from streamshift.spec.catalog import KINDS, LAYERS, SHADOW_RECON, ControlTables
 from streamshift.spec.contract import APPLIED_AT, LOG_REF, SOURCE, SOURCE_REF
 from streamshift.spec.formatting import html_table
 from streamshift.spec.registry import get_flow
@@ -36,7 +36,14 @@ from streamshift.store.records import (
     stage_history,
 )
 from streamshift.store.tables import rows
-from streamshift.store.versions import live_root, live_tables
+from streamshift.store.versions import (
+    deployed_layers,
+    live_root,
+    live_tables,
+    shadows,
+    version_differences,
+    version_examples,
+)
 
 if TYPE_CHECKING:
     from streamshift.spec.settings import Settings
@@ -76,7 +83,11 @@ def collect(settings: Settings, flow: str, business_date: dt.date) -> dict[str, 
             late.append({**r, "layer": layer, "trace": _trace_link(flow, r["key"], layer)})
     late.sort(key=lambda r: r["arrived_at"])
     runs_today = sorted(
-        rows(ControlTables(settings.warehouse).recon_runs, where=on_day),
+        (
+            r
+            for r in rows(ControlTables(settings.warehouse).recon_runs, where=on_day)
+            if not r["recon"].startswith(f"{SHADOW_RECON}:")
+        ),
         key=lambda r: (r["run_at"], r["recon"]),
     )
 
@@ -123,7 +134,50 @@ def collect(settings: Settings, flow: str, business_date: dt.date) -> dict[str, 
         "late_events_by_hour": {str(h): n for h, n in sorted(late_by_hour.items())},
         "stage_history": stage_history(settings, flow),
         "quality": _quality(settings, flow, business_date),
+        "versions": _versions(settings, flow),
     }
+
+
+def _versions(settings: Settings, flow: str) -> dict[str, Any]:
+    """The flow version each layer serves, and a version built beside them with its recorded
+    differences (what the change would do, before it serves)."""
+    live = deployed_layers(settings.warehouse, flow)
+    layers = [
+        {"layer": layer, "version": r["version"], "how": r["how"], "deployed_at": r["deployed_at"]}
+        for layer, r in sorted(live.items())
+    ]
+    built = shadows(settings.warehouse, flow)
+    if not built:
+        return {"layers": layers, "shadow": None}
+    version = max(r["version"] for r in built.values())
+    return {
+        "layers": layers,
+        "shadow": {
+            "version": version,
+            "differences": version_differences(settings, flow, version),
+            "examples": version_examples(settings, flow, version),
+        },
+    }
+
+
+def _versions_html(versions: dict[str, Any]) -> str:
+    parts = [html_table(versions["layers"], ["layer", "version", "how", "deployed_at"])]
+    shadow = versions["shadow"]
+    if shadow:
+        parts.append(
+            f"<p>Version {shadow['version']} is built beside the live one and not served; "
+            "its differences from the live version, per table and date:</p>"
+        )
+        parts.append(
+            html_table(shadow["differences"], ["table", "live", "dates", "differ", "breaks"])
+        )
+        parts.append("<h3>Its first differences</h3>")
+        parts.append(
+            html_table(
+                shadow["examples"], ["table", "kind", "key", "column", "live", "new", "difference"]
+            )
+        )
+    return "\n".join(parts)
 
 
 # The sources of changes the EOD process makes to a layer, besides loading its file.
@@ -380,6 +434,8 @@ cancels, re-driven quarantine rows (each key links to its trace).</p>
 {html_table(data["late_events"], ["arrived_at", "layer", "key", "version", "source"], "late", links={"key": "trace"}) if data["late_events"] else ""}
 <h2>Stage history</h2>
 {html_table(data["stage_history"], ["changed_at", "from_stage", "to_stage", "changed_by", "forced", "reason"])}
+<h2>Flow versions</h2>
+{_versions_html(data["versions"])}
 </body></html>
 """
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from pyspark.sql import functions as F
 
 from streamshift.engine import versions as code
 from streamshift.engine.compare import BREAK_COLUMNS, KINDS, MISSING_RIGHT, compare
+from streamshift.engine.jobs.serve import layer_name
 from streamshift.engine.recon import ensure_recon_tables, new_run_id
 from streamshift.engine.write.apply import apply_changes
 from streamshift.engine.write.commits import append, overwrite
@@ -385,6 +387,7 @@ class SwitchResult:
     previous: int
     caught_up: dict[str, int] = field(default_factory=dict)
     stopped: list[str] = field(default_factory=list)
+    serving_stopped: list[str] = field(default_factory=list)
     already: bool = False
 
     def describe(self) -> str:
@@ -405,18 +408,26 @@ class SwitchResult:
                 "supervisor restarts them on the code on disk (or: streamshift stream --flow "
                 f"{self.flow})"
             )
+        if self.serving_stopped:
+            lines.append(
+                f"  serving jobs stopped, their view changed ({', '.join(self.serving_stopped)}): "
+                f"start them again (streamshift serve --flow {self.flow} --view VIEW); each "
+                "rebuilds its state with the new logic"
+            )
         return "\n".join(lines)
 
 
-def _stop_streams(settings: Settings, flow: Flow) -> list[str]:
-    """Stop the flow's running stream jobs (SIGTERM: each finishes its batch); their layers."""
+def _stop_jobs(settings: Settings, flow: Flow, names: list[str]) -> list[str]:
+    """Stop the flow's running jobs of these heartbeat names (SIGTERM: each finishes its
+    batch; never this process); the names stopped."""
     stopped = []
-    for layer in LAYERS:
-        beat = heartbeat.read_heartbeat(settings.home, flow.name, layer)
-        if beat and heartbeat.process_of(beat) and beat.get("state") == "running":
-            _say(f"stopping the {layer} layer's stream job (pid {beat['pid']}) for the switch")
+    for name in names:
+        beat = heartbeat.read_heartbeat(settings.home, flow.name, name)
+        alive = beat and heartbeat.process_of(beat) and beat.get("pid") != os.getpid()
+        if alive and beat.get("state") == "running":
+            _say(f"stopping {flow.name}'s {name} job (pid {beat['pid']}) for the switch")
             terminate(int(beat["pid"]), timeout=120)
-            stopped.append(layer)
+            stopped.append(name)
     return stopped
 
 
@@ -489,7 +500,13 @@ def switch_version(
                 f"flow {flow.name}: version {version}'s tables are gone from {root or 'the layer'} "
                 "(upkeep removes versions older than its retention); nothing was switched"
             )
-    result.stopped = _stop_streams(settings, flow)
+    result.stopped = _stop_jobs(settings, flow, list(LAYERS))
+    # A serving job holds its view's state in memory: one whose view's logic differs between
+    # the versions is stopped too (started again, it rebuilds its state with the new logic).
+    now_views = live["batch"]["components"]["views"] if "batch" in live else {}
+    then_views = row["components"]["views"]
+    changed_views = [v for v in then_views if then_views[v] != now_views.get(v)]
+    result.serving_stopped = _stop_jobs(settings, flow, [layer_name(v) for v in changed_views])
     for layer in LAYERS:
         source = LayerTables(warehouse, flow, layer, sources[layer])
         if is_table(spark, source.history):
