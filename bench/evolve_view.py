@@ -7,7 +7,11 @@ changes the ``positions`` view (a measure added) and times ``streamshift evolve`
 the plan (fingerprints of both versions), the view recomputed for every date from current
 state, the version recorded. Prints both and evolve ÷ one day's load.
 
-Run: .venv/bin/python bench/evolve_view.py [--trades 1000000] [--days 30] [--keep DIR]
+``--shadow``: the same change built beside the live version instead (``streamshift evolve
+--shadow``: history re-applied through the new code, every view recomputed, each table compared
+with the live one and the differences recorded).
+
+Run: .venv/bin/python bench/evolve_view.py [--trades 1000000] [--days 30] [--keep DIR] [--shadow]
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ def main() -> int:
     parser.add_argument("--trades", type=int, default=1_000_000, help="trades a day")
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--keep", type=Path, help="build here (kept) instead of a temp dir")
+    parser.add_argument("--shadow", action="store_true", help="time evolve --shadow instead")
     args = parser.parse_args()
     home = args.keep or Path(tempfile.mkdtemp(prefix="bench-evolve-"))
     if not (home / "warehouse" / "batch" / "trades").is_dir():
@@ -41,6 +46,7 @@ def main() -> int:
     from flows.trades import FLOW, POSITION_KEY, POSITION_MEASURES
     from flows.trades.generate import generate_day
     from streamshift.engine.jobs.eod import run_eod
+    from streamshift.engine.shadow import build_shadow
     from streamshift.engine.spark import get_spark
     from streamshift.engine.versions import evolve
     from streamshift.engine.write.target import Target, read
@@ -61,14 +67,15 @@ def main() -> int:
         FLOW, views=(View.of_measures("positions", POSITION_KEY, measures, {}),)
     )
     started = time.monotonic()
-    result = evolve(spark, settings, changed)
+    result = (build_shadow if args.shadow else evolve)(spark, settings, changed)
     seconds = time.monotonic() - started
     print(result.describe(), flush=True)
     groups = read(spark, str(settings.warehouse / "batch" / "positions")).count()
+    what = "evolve --shadow" if args.shadow else "evolve"
     print(
-        f"evolve of a view change over {args.days + 1} days × {args.trades:,} trades "
+        f"{what} of a view change over {args.days + 1} days × {args.trades:,} trades "
         f"({groups:,} groups): {seconds:.1f}s; one day's EOD load: {load:.1f}s; "
-        f"evolve ÷ load = {seconds / load:.2f}"
+        f"{what} ÷ load = {seconds / load:.2f}"
     )
     spark.stop()
     return 0
