@@ -165,6 +165,8 @@ class ShadowResult:
     # (layer, table) -> (dates compared, groups that differ, breaks)
     differences: dict[tuple[str, str], tuple[int, int, int]] = field(default_factory=dict)
     examples: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
+    # (layer, table) -> (columns only the new version has, columns only the live one has)
+    reshaped: dict[tuple[str, str], tuple[list[str], list[str]]] = field(default_factory=dict)
 
     def describe(self) -> str:
         head = (
@@ -181,10 +183,17 @@ class ShadowResult:
                 f"{counts['quarantined']} now fail a rule (quarantined in the shadow)"
             )
         for (layer, table), (dates, groups, breaks) in sorted(self.differences.items()):
+            added, dropped = self.reshaped.get((layer, table), ([], []))
+            shape = "".join(
+                f"; {what} {', '.join(cols)} (not compared)"
+                for what, cols in (("new columns", added), ("columns dropped", dropped))
+                if cols
+            )
             lines.append(
                 f"  {table} ({layer}): {groups} groups differ over {dates} dates ({breaks} breaks)"
+                f"{shape}"
                 if breaks
-                else f"  {table} ({layer}): the same on {dates} dates"
+                else f"  {table} ({layer}): the same on {dates} dates{shape}"
             )
             for b in self.examples.get((layer, table), []):
                 what = (
@@ -259,11 +268,12 @@ def build_shadow(spark: SparkSession, settings: Settings, flow: Flow) -> ShadowR
         for view in flow.views:
             overwrite(view.compute(state), target.tables.view(view.name), (flow.business_date,))
         result.layers[layer] = {"history": kept, "quarantined": moved}
-        found, examples = _compare(
+        found, examples, reshaped = _compare(
             spark, settings, flow, live, target.tables, result.live_version, version
         )
         result.differences.update(found)
         result.examples.update(examples)
+        result.reshaped.update(reshaped)
     code.record_version(
         spark, warehouse, flow, version, records.SHADOW, changed.summary(), root=root
     )
@@ -279,11 +289,14 @@ def _compare(
     live_version: int,
     version: int,
 ) -> tuple[
-    dict[tuple[str, str], tuple[int, int, int]], dict[tuple[str, str], list[dict[str, Any]]]
+    dict[tuple[str, str], tuple[int, int, int]],
+    dict[tuple[str, str], list[dict[str, Any]]],
+    dict[tuple[str, str], tuple[list[str], list[str]]],
 ]:
     """Each view (and current state) of every date, live vs shadow, recorded as reconciliation
     runs and breaks (two commits for all); per table: (dates, groups that differ, breaks), and
-    the first few differences."""
+    the first few differences, and the columns only the new (only the live) version has, which
+    are not compared."""
     ensure_recon_tables(spark, settings)
     day = flow.business_date
     pairs = [("current", live.current, shadow.current, [flow.key])]
@@ -292,6 +305,7 @@ def _compare(
     ]
     found: dict[tuple[str, str], tuple[int, int, int]] = {}
     examples: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    reshaped: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
     all_breaks: list[DataFrame] = []
     runs: list[tuple[Any, ...]] = []
     for table, left_path, right_path, key in pairs:
@@ -304,6 +318,10 @@ def _compare(
         columns = [
             c for c in left.columns if c in right.columns and c not in key and not c.startswith("_")
         ]
+        added = [c for c in right.columns if c not in left.columns and not c.startswith("_")]
+        dropped = [c for c in left.columns if c not in right.columns and not c.startswith("_")]
+        if added or dropped:
+            reshaped[(live.layer, table)] = (added, dropped)
         recon = recon_name(version, table)
         breaks = compare(left, right, key, columns).persist()
         keyed = breaks.withColumn(
@@ -376,7 +394,7 @@ def _compare(
     if runs:
         frame = spark.createDataFrame(runs, RECON_RUNS_SCHEMA.replace(", run_at TIMESTAMP", ""))
         append(frame.withColumn("run_at", F.current_timestamp()), control.recon_runs)
-    return found, examples
+    return found, examples, reshaped
 
 
 # ---- switching ------------------------------------------------------------------------------
