@@ -3,6 +3,7 @@ with the local stack's environment, and comparisons with direct loads."""
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import fcntl
 import json
@@ -93,6 +94,20 @@ def land_day(settings: Settings, day: dt.date, trades: int = 200) -> DayFiles:
     files = generate_day(day, trades, folder, seed=day.toordinal(), progress=False)
     assert files.eod.name == f"trades_eod_{day}.csv"  # the DAG's default file
     return files
+
+
+def edit_first_new_trade(path: Path, **values: str) -> str:
+    """Set ``values`` on the file's first NEW trade; returns its trade id."""
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        fields, rows = reader.fieldnames or [], list(reader)
+    row = next(r for r in rows if r["event_type"] == "NEW")
+    row.update(values)
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    return row["trade_id"]
 
 
 def kill_file(settings: Settings) -> Path:

@@ -10,6 +10,7 @@ import datetime as dt
 import json
 import os
 import random
+import re
 import signal
 import sqlite3
 import subprocess
@@ -30,10 +31,12 @@ from streamshift.spec.settings import REPO_ROOT, load_settings
 from streamshift.store.airflow_api import AirflowApiError
 from streamshift.store.processes import group_alive, group_members
 from streamshift.store.produce import read_rows
+from streamshift.store.records import quality_results
 from streamshift.store.tables import rows
 from tests.airflow_support import (
     arm_kill_after_commits,
     busy_writer,
+    edit_first_new_trade,
     expected_positions,
     land_day,
     land_external,
@@ -276,6 +279,9 @@ def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stac
     retries the load, and the day is what the replacement says."""
     settings, client = airflow_stack
     files = land_day(settings, REST_DAY)
+    # An implausible price: expectation price_plausible (policy warn) lets the run succeed
+    # with the warning in its summary.
+    edit_first_new_trade(files.eod, price="2500000.00")
     land_external(settings, files, REST_DAY)
     landed = {day: land_day(settings, day) for day in BACKFILL_DAYS}
     client.wait_for_dag("eod_trades")
@@ -352,6 +358,17 @@ def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stac
         ("trades_eod_published", "x-streamshift://trades/eod-published", "publish_summary")
     ]
     assert events[0]["extra"] == summary
+    assert states["data_quality"] == "success"
+    warned = r"trades.raw price_plausible: observed 1 of \d+ unexpected \(2500000"
+    assert [w for w in summary["quality_warnings"] if re.match(warned, w)], summary
+    logged = client.task_log("eod_trades", "rest-day", "publish_summary")
+    assert re.search(rf"SUMMARY trades {REST_DAY} .*; WARNING {warned}", logged), logged[-2000:]
+    checks = {
+        (r["suite"], r["expectation"]): r for r in quality_results(settings, "trades", REST_DAY)
+    }
+    assert not checks[("trades.raw", "price_plausible")]["success"]
+    assert checks[("trades.raw", "price_plausible")]["policy"] == "warn"
+    assert all(r["success"] for r in checks.values() if r["policy"] == "fail")
     assert states["correct_stream_layer"] == "skipped"  # stage batch: no stream layer to correct
     report = json.loads((settings.reports / "trades" / str(REST_DAY) / "report.json").read_text())
     assert report["stage"] == "batch" and report["business_date"] == str(REST_DAY)

@@ -1,43 +1,28 @@
-"""The EOD DAG's data-quality task in real DAG runs (``dag.test()``, spark-submit, Great
-Expectations on Spark): a `warn` expectation lets the run succeed with the warning in its
-summary; a `fail` expectation fails the task naming it, and the summary is not published."""
+"""The EOD DAG's data-quality task in a real DAG run (``dag.test()``, Great Expectations on
+Spark): a `fail` expectation fails the task naming it, and the summary is not published. (A
+`warn` expectation letting a run succeed with the warning in its summary is asserted by
+test_airflow.py's REST-triggered run, whose day carries an implausible price.)"""
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import json
 import re
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from urllib.parse import urljoin
 
 import pytest
 
-from streamshift.store.records import current_stage, quality_results
-from tests.airflow_support import dag_test, land_day
+from streamshift.store.records import current_stage
+from tests.airflow_support import dag_test, edit_first_new_trade, land_day
 from tests.cli_support import run_cli
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
 
-WARN_DAY, FAIL_DAY = dt.date(2027, 9, 6), dt.date(2027, 9, 7)
+FAIL_DAY = dt.date(2027, 9, 7)
 
 
-def _edit_first_new_trade(path: Path, **values: str) -> str:
-    with open(path, newline="") as handle:
-        reader = csv.DictReader(handle)
-        fields, rows = reader.fieldnames or [], list(reader)
-    row = next(r for r in rows if r["event_type"] == "NEW")
-    row.update(values)
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-    return row["trade_id"]
-
-
-def test_warn_goes_on_and_fail_stops_the_eod_run(airflow_stack) -> None:  # type: ignore[no-untyped-def]
+def test_a_failed_expectation_stops_the_eod_run(airflow_stack) -> None:  # type: ignore[no-untyped-def]
     settings, client = airflow_stack
     # The stack is shared: a test before this one may have promoted the flow. The runs here
     # load the batch layer, so the flow goes back to stage batch first (demotion is allowed).
@@ -47,34 +32,10 @@ def test_warn_goes_on_and_fail_stops_the_eod_run(airflow_stack) -> None:  # type
         )
         assert back.returncode == 0, back.stderr[-2000:]
 
-    # warn: an implausible price (policy warn in trades.raw and trades.current); fail: a book
-    # nobody knows (policy fail in trades.raw). The two runs go side by side.
-    warn_files = land_day(settings, WARN_DAY, trades=60)
-    _edit_first_new_trade(warn_files.eod, price="2500000.00")
+    # fail: a book nobody knows (policy fail in trades.raw).
     fail_files = land_day(settings, FAIL_DAY, trades=60)
-    _edit_first_new_trade(fail_files.eod, book="NO-SUCH-BOOK")
-    with ThreadPoolExecutor(2) as pool:
-        runs = [
-            pool.submit(dag_test, settings, "eod_trades", f"{day}T22:00:00+00:00", {})
-            for day in (WARN_DAY, FAIL_DAY)
-        ]
-        warned, failed = (r.result() for r in runs)
-
-    assert warned["state"] == "success", warned["output"][-4000:]
-    assert warned["tasks"]["data_quality"] == "success"
-    assert warned["tasks"]["publish_summary"] == "success"
-    summary = next(
-        line for line in warned["output"].splitlines() if f"SUMMARY trades {WARN_DAY}" in line
-    )
-    assert re.search(
-        r"WARNING trades.raw price_plausible: observed 1 of \d+ unexpected \(2500000", summary
-    )
-    checks = {
-        (r["suite"], r["expectation"]): r for r in quality_results(settings, "trades", WARN_DAY)
-    }
-    assert not checks[("trades.raw", "price_plausible")]["success"]
-    assert checks[("trades.raw", "price_plausible")]["policy"] == "warn"
-    assert all(r["success"] for r in checks.values() if r["policy"] == "fail")
+    edit_first_new_trade(fail_files.eod, book="NO-SUCH-BOOK")
+    failed = dag_test(settings, "eod_trades", f"{FAIL_DAY}T22:00:00+00:00", {})
 
     assert failed["state"] == "failed", failed["output"][-4000:]
     assert failed["tasks"]["data_quality"] == "failed"  # once it wrote the report (below)
