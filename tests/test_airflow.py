@@ -271,6 +271,7 @@ def test_triggers_at_once_each_get_their_run_and_audit_entry(airflow_stack) -> N
                 client.delete_run(dag_id, run_id)
 
 
+@pytest.mark.slow
 def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stack, request) -> None:  # type: ignore[no-untyped-def]
     """A run triggered over the REST API as the UI does, and a two-date backfill created
     with ``streamshift airflow cli`` while it runs: their Spark jobs share the pool. The
@@ -471,6 +472,7 @@ def _scheduler_process(loop: int) -> int | None:
     return None  # restarting (the loop's sleep), or gone
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_an_evolve_run_with_nothing_to_change_passes_its_approval(airflow_stack) -> None:  # type: ignore[no-untyped-def]
     """``streamshift_evolve`` on the shared stack, the flow as its tables were written: the

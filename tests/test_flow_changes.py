@@ -103,6 +103,7 @@ def _code_summary(env: dict[str, str], project: Path) -> dict:
 @pytest.mark.skipif(
     not suite_engine(), reason="the suite runs without its engine (TESTS_ENGINE=off)"
 )
+@pytest.mark.slow
 def test_a_flow_changed_column_view_and_breaking_rename(tmp_path: Path) -> None:
     project = tmp_path / "team"
     init_project(project)
@@ -258,6 +259,7 @@ def _trade_row(trade_id: str, version: int, **more: str) -> dict[str, str]:
 
 @pytest.mark.spark
 @pytest.mark.kafka
+@pytest.mark.slow
 def test_the_stream_across_an_added_column_loses_and_doubles_nothing(
     spark, kafka_settings, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
@@ -391,6 +393,7 @@ def _by_merchant_oracle(loaded: list[dict[str, str]], floor: Decimal | None) -> 
 @pytest.mark.skipif(
     not suite_engine(), reason="the suite runs without its engine (TESTS_ENGINE=off)"
 )
+@pytest.mark.slow
 def test_a_changed_view_shadowed_switched_to_and_back(tmp_path: Path) -> None:
     """Two deployments share one warehouse, as a team's old and new code do: the live one
     (version 1's code) keeps loading while the new one builds version 2 beside it; the
@@ -575,6 +578,7 @@ def test_upkeep_keeps_the_live_version_the_pending_one_and_those_left_recently()
 @pytest.mark.skipif(
     not suite_engine(), reason="the suite runs without its engine (TESTS_ENGINE=off)"
 )
+@pytest.mark.slow
 def test_a_switch_stops_the_stream_and_loses_and_doubles_nothing(
     kafka_settings, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]

@@ -53,6 +53,7 @@ def _feed_gets_the_new_book(feed: Path) -> None:
         csv.writer(handle).writerows([*shipped, [NEW_BOOK, "EQUITY", "LE-US"]])
 
 
+@pytest.mark.slow
 def test_redrive_applies_what_the_fixed_reference_data_lets_through_once(
     spark, settings, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
