@@ -390,44 +390,79 @@ def _by_merchant_oracle(loaded: list[dict[str, str]], floor: Decimal | None) -> 
             for g, a in groups.items()}  # fmt: skip
 
 
+@pytest.mark.kafka
 @pytest.mark.skipif(
     not suite_engine(), reason="the suite runs without its engine (TESTS_ENGINE=off)"
 )
 @pytest.mark.slow
-def test_a_changed_view_shadowed_switched_to_and_back(tmp_path: Path) -> None:
+def test_a_changed_view_shadowed_switched_to_and_back(kafka_settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Two deployments share one warehouse, as a team's old and new code do: the live one
-    (version 1's code) keeps loading while the new one builds version 2 beside it; the
-    recorded differences = an oracle; the switch catches version 2 up and serves it; the
-    switch back catches version 1 up and serves it again."""
+    (version 1's code) keeps loading EOD files and streaming events while the new one builds
+    version 2 beside it in both layers; the recorded differences = an oracle; the switch
+    stops the stream (SIGTERM: it finishes its batch), catches version 2 up and serves it; the
+    stream started again on the new code takes the events sent while it was stopped, each
+    once; the switch back catches version 1 up and serves it again."""
     import shutil
+    import signal
 
+    from streamshift.store.heartbeat import read_heartbeat
+    from streamshift.store.kafka import ensure_topic
+    from tests.cli_support import CLI, LOCAL_SPARK
+    from tests.stream_support import isolated, new_topic
+
+    home = tmp_path / "home"
+    settings = isolated(kafka_settings, home)
+    topic = new_topic("payments")
+    ensure_topic(settings, topic, partitions=2)
     live, new = tmp_path / "live", tmp_path / "new"
     init_project(live)
     (live / "flows" / "payments" / "reference" / "merchants.csv").write_text(
         "merchant,category\nACME,hardware\nZED,toys\n"
     )
-    env = cli_env(tmp_path / "home")
-    warehouse = tmp_path / "home" / "warehouse"
+    env = cli_env(home, kafka_bootstrap_servers=settings.kafka_bootstrap_servers, **LOCAL_SPARK)
+    warehouse = home / "warehouse"
 
     def cli(project: Path, *args: str, **extra: str):  # type: ignore[no-untyped-def]
-        done = run_cli(
-            tmp_path, *args, env={**env, "STREAMSHIFT_PROJECT": str(project), **extra}, cwd=project
+        return run_cli(
+            home, *args, env={**env, "STREAMSHIFT_PROJECT": str(project), **extra}, cwd=project
         )
-        return done
 
     def eod(project: Path, name: str, day: dt.date, lines: list[dict[str, str]]):  # type: ignore[no-untyped-def]
         path = _file(tmp_path / name, OLD_HEADER, lines)
         return cli(project, "eod", "--flow", "payments", "--date", str(day), "--file", str(path))
 
-    def served() -> dict[tuple[str, str], Decimal | None]:
-        shown = cli(live, "show", "--flow", "payments", "--view", "by_merchant", "--format", "csv")
+    def served(layer: str = "batch") -> dict[tuple[str, str], Decimal | None]:
+        shown = cli(live, "show", "--flow", "payments", "--view", "by_merchant", "--layer", layer,
+                    "--format", "csv")  # fmt: skip
         assert shown.returncode == 0, shown.stderr
-        found = list(csv.DictReader(shown.stdout.splitlines()))
         return {
             (r["business_date"], r["merchant"]): Decimal(r["amount"]) if r["amount"] else None
-            for r in found
+            for r in csv.DictReader(shown.stdout.splitlines())
         }
 
+    sent: list[dict[str, str]] = []  # the events produced, in order
+
+    def produce(name: str, lines: list[dict[str, str]]) -> None:
+        path = _file(tmp_path / name, OLD_HEADER, lines)
+        done = cli(live, "produce", "--flow", "payments", "--file", str(path), "--topic", topic)
+        assert done.returncode == 0, done.stderr
+        sent.extend(lines)
+
+    def caught_up(job: subprocess.Popen[bytes]) -> None:
+        deadline = time.monotonic() + 240
+        while True:
+            beat = read_heartbeat(home, "payments", "stream")
+            if (
+                beat.get("pid") == job.pid
+                and beat.get("lag") == 0
+                and beat.get("last_batch_id") is not None
+            ):
+                return
+            assert job.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, f"the stream did not catch up: {beat}"
+            time.sleep(0.5)
+
+    # Version 1 live: a day's EOD file in the batch layer, events in the stream layer.
     day1 = [
         _payment("P1", 1, DAY1, "ACME", "10.00"),
         _payment("P2", 1, DAY1, "ZED", "4.00"),
@@ -435,71 +470,127 @@ def test_a_changed_view_shadowed_switched_to_and_back(tmp_path: Path) -> None:
     ]
     done = eod(live, "a.csv", DAY1, day1)
     assert done.returncode == 0, done.stderr
-
-    # The new code: by_merchant sums only payments of 5.00 or more.
-    shutil.copytree(live / "flows", new / "flows")
-    shutil.copy(live / "streamshift.toml", new / "streamshift.toml")
-    flow_file = new / "flows" / "payments" / "__init__.py"
-    flow_file.write_text(
-        flow_file.read_text().replace(
-            'F.sum("amount").alias("amount")',
-            'F.sum(F.when(F.col("amount") >= 5, F.col("amount"))).alias("amount")',
+    produce("s1.csv", [_payment(f"P{i}", 1, DAY1, "ZED" if i % 2 else "ACME", f"{i + 2}.00")
+                       for i in range(1, 5)])  # fmt: skip
+    log = tmp_path / "stream.log"
+    with open(log, "ab") as out:
+        job = subprocess.Popen(
+            [*CLI, "stream", "--flow", "payments", "--topic", topic, "--trigger", "1 second"],
+            env={**env, "STREAMSHIFT_PROJECT": str(live)},
+            cwd=live,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
-    )
-    killed = cli(
-        new, "evolve", "--flow", "payments", "--shadow", STREAMSHIFT_KILL_AFTER_COMMITS="2"
-    )
-    assert killed.returncode != 0
-    built = cli(new, "evolve", "--flow", "payments", "--shadow")  # starts over
-    assert built.returncode == 0, built.stderr
-    assert "version 2 built beside the live version 1" in built.stdout
-    assert "by_merchant (batch): 1 groups differ over 1 dates" in built.stdout
-    again = cli(new, "evolve", "--flow", "payments", "--shadow")
-    assert again.returncode != 0 and "version 2 is this code" in again.stderr
-    assert '{"business_date":"2026-11-20","merchant":"ZED"}  amount: 4.00 → null' in built.stdout
-    old, changed = _by_merchant_oracle(day1, None), _by_merchant_oracle(day1, Decimal(5))
-    differ = sorted(g for g in old if old[g] != changed[g])
-    assert differ == [(str(DAY1), "ZED")]
-    breaks = rows(
-        str(warehouse / "control" / "recon_breaks"),
-        where=[("recon", "=", "shadow:v2:by_merchant")],
-    )
-    assert sorted((json.loads(b["key"])["business_date"], json.loads(b["key"])["merchant"])
-                  for b in breaks) == differ  # fmt: skip
-    assert served() == old  # nothing served changed
-    page = _code_summary({**env, "STREAMSHIFT_PROJECT": str(new)}, new)  # the Migration page's
-    assert page["shadow"]["version"] == 2
-    assert {(d["table"], d["live"], d["dates"], d["differ"]) for d in page["shadow"]["differences"]} == {
-        ("by_merchant", "batch v1", 1, 1), ("current", "batch v1", 1, 0)
-    }  # fmt: skip
-    assert [(e["key"], e["column"], e["live"], e["new"]) for e in page["shadow"]["examples"]] == [
-        ('{"business_date":"2026-11-20","merchant":"ZED"}', "amount", "4.00", None)
-    ]
-    reported = cli(live, "report", "--flow", "payments", "--date", str(DAY1))  # the day's report
-    assert reported.returncode == 0, reported.stderr
-    summary = json.loads(
-        (tmp_path / "home" / "reports" / "payments" / str(DAY1) / "report.json").read_text()
-    )
-    assert [(e["key"], e["live"], e["new"]) for e in summary["versions"]["shadow"]["examples"]] == [
-        ('{"business_date":"2026-11-20","merchant":"ZED"}', "4.00", None)
-    ]
-    assert not any(r["recon"].startswith("shadow:") for r in summary["reconciliation_runs"])
+    try:
+        caught_up(job)
 
-    # The live deployment goes on loading; the new code may not write the live tables.
-    day2 = [_payment("P4", 1, DAY2, "ZED", "3.00"), _payment("P5", 1, DAY2, "ACME", "7.00")]
-    done = eod(live, "b.csv", DAY2, day2)
-    assert done.returncode == 0, done.stderr
-    refused = eod(new, "b.csv", DAY2, day2)
-    assert refused.returncode != 0
-    assert "streamshift promote --flow payments --version 2" in refused.stderr
+        # The new code: by_merchant sums only payments of 5.00 or more.
+        shutil.copytree(live / "flows", new / "flows")
+        shutil.copy(live / "streamshift.toml", new / "streamshift.toml")
+        flow_file = new / "flows" / "payments" / "__init__.py"
+        flow_file.write_text(
+            flow_file.read_text().replace(
+                'F.sum("amount").alias("amount")',
+                'F.sum(F.when(F.col("amount") >= 5, F.col("amount"))).alias("amount")',
+            )
+        )
+        killed = cli(
+            new, "evolve", "--flow", "payments", "--shadow", STREAMSHIFT_KILL_AFTER_COMMITS="2"
+        )
+        assert killed.returncode != 0
+        built = cli(new, "evolve", "--flow", "payments", "--shadow")  # starts over
+        assert built.returncode == 0, built.stderr
+        assert "version 2 built beside the live version 1" in built.stdout
+        # The oracle: the groups whose value the new logic changes, per layer.
+        differ = {}
+        for layer, loaded in (("batch", day1), ("stream", sent)):
+            old, changed = (
+                _by_merchant_oracle(loaded, None),
+                _by_merchant_oracle(loaded, Decimal(5)),
+            )
+            differ[layer] = sorted(g for g in old if old[g] != changed[g])
+            n = len(differ[layer])
+            assert f"by_merchant ({layer}): {n} groups differ over 1 dates" in built.stdout
+        assert differ["batch"] == [(str(DAY1), "ZED")]
+        assert (
+            '{"business_date":"2026-11-20","merchant":"ZED"}  amount: 4.00 → null' in built.stdout
+        )
+        again = cli(new, "evolve", "--flow", "payments", "--shadow")
+        assert again.returncode != 0 and "version 2 is this code" in again.stderr
+        breaks = rows(
+            str(warehouse / "control" / "recon_breaks"),
+            where=[("recon", "=", "shadow:v2:by_merchant")],
+        )
+        assert sorted((json.loads(b["key"])["business_date"], json.loads(b["key"])["merchant"])
+                      for b in breaks) == sorted([*differ["batch"], *differ["stream"]])  # fmt: skip
+        assert served() == _by_merchant_oracle(day1, None)  # nothing served changed
+        assert served("stream") == _by_merchant_oracle(sent, None)
+        page = _code_summary({**env, "STREAMSHIFT_PROJECT": str(new)}, new)  # the Migration page's
+        assert page["shadow"]["version"] == 2
+        assert {(d["table"], d["live"], d["dates"], d["differ"]) for d in page["shadow"]["differences"]} == {
+            ("by_merchant", "batch v1", 1, 1), ("current", "batch v1", 1, 0),
+            ("by_merchant", "stream v1", 1, 1), ("current", "stream v1", 1, 0),
+        }  # fmt: skip
+        examples = [(e["layer"], e["key"], e["column"], e["live"], e["new"])
+                    for e in page["shadow"]["examples"]]  # fmt: skip
+        assert examples[0] == (
+            "batch",
+            '{"business_date":"2026-11-20","merchant":"ZED"}',
+            "amount",
+            "4.00",
+            None,
+        )
+        assert [e[0] for e in examples] == ["batch", *["stream"] * len(differ["stream"])]
+        reported = cli(live, "report", "--flow", "payments", "--date", str(DAY1))  # day's report
+        assert reported.returncode == 0, reported.stderr
+        summary = json.loads(
+            (home / "reports" / "payments" / str(DAY1) / "report.json").read_text()
+        )
+        shown = [(e["layer"], e["key"], e["live"], e["new"])
+                 for e in summary["versions"]["shadow"]["examples"]]  # fmt: skip
+        assert shown[0] == (
+            "batch",
+            '{"business_date":"2026-11-20","merchant":"ZED"}',
+            "4.00",
+            None,
+        )
+        assert not any(r["recon"].startswith("shadow:") for r in summary["reconciliation_runs"])
 
-    switched = cli(new, "promote", "--flow", "payments", "--version", "2", "--force",
-                   "--reason", "reviewed")  # fmt: skip
-    assert switched.returncode == 0, switched.stderr
-    assert "switched from version 1 to version 2" in switched.stdout
-    assert "batch layer: 2 versions applied" in switched.stdout
+        # The live deployment goes on loading and streaming; the new code may not write the
+        # live tables.
+        produce("s2.csv", [_payment("P5", 1, DAY2, "ZED", "9.00"),
+                           _payment("P1", 2, DAY1, "ZED", "1.00")])  # fmt: skip
+        day2 = [_payment("P4", 1, DAY2, "ZED", "3.00"), _payment("P5", 1, DAY2, "ACME", "7.00")]
+        done = eod(live, "b.csv", DAY2, day2)
+        assert done.returncode == 0, done.stderr
+        refused = eod(new, "b.csv", DAY2, day2)
+        assert refused.returncode != 0
+        assert "streamshift promote --flow payments --version 2" in refused.stderr
+        caught_up(job)
+
+        switched = cli(new, "promote", "--flow", "payments", "--version", "2", "--force",
+                       "--reason", "reviewed")  # fmt: skip
+        assert switched.returncode == 0, switched.stderr
+        assert "switched from version 1 to version 2" in switched.stdout
+        assert "batch layer: 2 versions applied" in switched.stdout
+        assert "stream layer: 2 versions applied" in switched.stdout
+        assert "stream jobs stopped for the switch (stream)" in switched.stdout
+        assert job.wait(30) is not None  # stopped by the switch
+        assert read_heartbeat(home, "payments", "stream")["state"] == "switched"
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
     assert served() == _by_merchant_oracle([*day1, *day2], Decimal(5))
     assert _code_summary({**env, "STREAMSHIFT_PROJECT": str(new)}, new)["shadow"] is None
+    produce("s3.csv", [_payment("P6", 1, DAY2, "ACME", "4.00")])  # while the stream was stopped
+    drained = cli(new, "stream", "--flow", "payments", "--topic", topic, "--available-now")
+    assert drained.returncode == 0, drained.stderr
+    v2 = warehouse / "stream" / "v2" / "payments"
+    history = sorted((r["payment_id"], r["version"]) for r in rows(str(v2 / "payments_history")))
+    assert history == sorted((r["payment_id"], int(r["version"])) for r in sent)  # each once
+    assert served("stream") == _by_merchant_oracle(sent, Decimal(5))
+
     more = [_payment("P6", 1, DAY2, "ZED", "9.00")]
     # The new deployment's reference feed gains a merchant: its run records another digest.
     (new / "flows" / "payments" / "reference" / "merchants.csv").write_text(
@@ -507,17 +598,18 @@ def test_a_changed_view_shadowed_switched_to_and_back(tmp_path: Path) -> None:
     )
     done = eod(new, "c.csv", DAY2, more)
     assert done.returncode == 0, done.stderr
-
     feeds = [
         r["reference"]
         for r in sorted(rows(str(warehouse / "control" / "eod_runs")), key=lambda r: r["run_at"])
     ]
     assert len(feeds) == 3 and feeds[0] == feeds[1] != feeds[2] and all(feeds), feeds
+
     back = cli(live, "promote", "--flow", "payments", "--version", "1", "--force",
                "--reason", "roll back")  # fmt: skip
     assert back.returncode == 0, back.stderr
     assert "switched from version 2 to version 1" in back.stdout
     assert served() == _by_merchant_oracle([*day1, *day2, *more], None)
+    assert served("stream") == _by_merchant_oracle(sent, None)  # caught up with P6
 
     # Upkeep removes version 2's tables once readers left it longer than the retention ago
     # (here 0 days): version 1's stay, and a switch to version 2 now says they are gone.
@@ -533,6 +625,7 @@ def test_a_changed_view_shadowed_switched_to_and_back(tmp_path: Path) -> None:
     )
     assert removed and all(r.startswith("version 2: ") for r in removed)
     assert not (warehouse / "batch" / "v2" / "payments").exists()
+    assert not (warehouse / "stream" / "v2" / "payments").exists()
     assert served() == _by_merchant_oracle([*day1, *day2, *more], None)
     gone = cli(new, "promote", "--flow", "payments", "--version", "2", "--force", "--reason", "x")
     assert gone.returncode != 0 and "tables are gone" in gone.stderr, gone.stderr
@@ -572,114 +665,3 @@ def test_upkeep_keeps_the_live_version_the_pending_one_and_those_left_recently()
         ("v2/f", 2), ("v3/f", 3), ("v5/f", 5)
     ]  # fmt: skip
     assert ("v4/f", 4) in expired_roots(back, week, t0 + dt.timedelta(days=19))
-
-
-@pytest.mark.kafka
-@pytest.mark.skipif(
-    not suite_engine(), reason="the suite runs without its engine (TESTS_ENGINE=off)"
-)
-@pytest.mark.slow
-def test_a_switch_stops_the_stream_and_loses_and_doubles_nothing(
-    kafka_settings, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
-    """A stream job of the live code runs while version 2 is built beside it and while more
-    events arrive; the switch stops it (SIGTERM: it finishes its batch), catches version 2 up
-    and serves it; the stream started again on the new code takes the events sent while it was
-    stopped. Version 2's history holds every produced version once, its view = an oracle of
-    the new logic."""
-    import shutil
-    import signal
-
-    from streamshift.store.heartbeat import read_heartbeat
-    from streamshift.store.kafka import ensure_topic
-    from tests.cli_support import CLI, LOCAL_SPARK
-    from tests.stream_support import isolated, new_topic
-
-    home = tmp_path / "home"
-    settings = isolated(kafka_settings, home)
-    topic = new_topic("payments")
-    ensure_topic(settings, topic, partitions=2)
-    live, new = tmp_path / "live", tmp_path / "new"
-    init_project(live)
-    (live / "flows" / "payments" / "reference" / "merchants.csv").write_text(
-        "merchant,category\nACME,hardware\nZED,toys\n"
-    )
-    shutil.copytree(live / "flows", new / "flows")
-    shutil.copy(live / "streamshift.toml", new / "streamshift.toml")
-    flow_file = new / "flows" / "payments" / "__init__.py"
-    flow_file.write_text(
-        flow_file.read_text().replace(
-            'F.sum("amount").alias("amount")',
-            'F.sum(F.when(F.col("amount") >= 5, F.col("amount"))).alias("amount")',
-        )
-    )
-    env = cli_env(home, kafka_bootstrap_servers=settings.kafka_bootstrap_servers, **LOCAL_SPARK)
-
-    def cli(project: Path, *args: str):  # type: ignore[no-untyped-def]
-        return run_cli(home, *args, env={**env, "STREAMSHIFT_PROJECT": str(project)}, cwd=project)
-
-    sent: list[dict[str, str]] = []
-
-    def produce(name: str, lines: list[dict[str, str]]) -> None:
-        path = _file(tmp_path / name, OLD_HEADER, lines)
-        done = cli(live, "produce", "--flow", "payments", "--file", str(path), "--topic", topic)
-        assert done.returncode == 0, done.stderr
-        sent.extend(lines)
-
-    def caught_up(job: subprocess.Popen[bytes]) -> None:
-        deadline = time.monotonic() + 240
-        while True:
-            beat = read_heartbeat(home, "payments", "stream")
-            if (
-                beat.get("pid") == job.pid
-                and beat.get("lag") == 0
-                and beat.get("last_batch_id") is not None
-            ):
-                return
-            assert job.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, f"the stream did not catch up: {beat}"
-            time.sleep(0.5)
-
-    log = tmp_path / "stream.log"
-    produce("a.csv", [_payment(f"P{i}", 1, DAY1, "ZED" if i % 2 else "ACME", f"{i + 2}.00")
-                      for i in range(1, 5)])  # fmt: skip
-    with open(log, "ab") as out:
-        job = subprocess.Popen(
-            [*CLI, "stream", "--flow", "payments", "--topic", topic, "--trigger", "1 second"],
-            env={**env, "STREAMSHIFT_PROJECT": str(live)},
-            cwd=live,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        caught_up(job)
-        built = cli(new, "evolve", "--flow", "payments", "--shadow")
-        assert built.returncode == 0, built.stderr
-        produce("b.csv", [_payment("P5", 1, DAY2, "ZED", "9.00"),
-                          _payment("P1", 2, DAY1, "ZED", "1.00")])  # fmt: skip
-        caught_up(job)
-        switched = cli(new, "promote", "--flow", "payments", "--version", "2", "--force",
-                       "--reason", "reviewed")  # fmt: skip
-        assert switched.returncode == 0, switched.stderr
-        assert "stream layer: 2 versions applied" in switched.stdout
-        assert "stream jobs stopped for the switch (stream)" in switched.stdout
-        assert job.wait(30) is not None  # stopped by the switch
-        assert read_heartbeat(home, "payments", "stream")["state"] == "switched"
-    finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-    produce("c.csv", [_payment("P6", 1, DAY2, "ACME", "4.00")])  # while it was stopped
-    drained = cli(new, "stream", "--flow", "payments", "--topic", topic, "--available-now")
-    assert drained.returncode == 0, drained.stderr
-
-    v2 = home / "warehouse" / "stream" / "v2" / "payments"
-    history = sorted((r["payment_id"], r["version"]) for r in rows(str(v2 / "payments_history")))
-    assert history == sorted((r["payment_id"], int(r["version"])) for r in sent)
-    shown = cli(new, "show", "--flow", "payments", "--view", "by_merchant", "--layer", "stream",
-                "--format", "csv")  # fmt: skip
-    served = {
-        (r["business_date"], r["merchant"]): Decimal(r["amount"]) if r["amount"] else None
-        for r in csv.DictReader(shown.stdout.splitlines())
-    }
-    assert served == _by_merchant_oracle(sent, Decimal(5))

@@ -174,7 +174,8 @@ def _versions_html(versions: dict[str, Any]) -> str:
         parts.append("<h3>Its first differences</h3>")
         parts.append(
             html_table(
-                shadow["examples"], ["table", "kind", "key", "column", "live", "new", "difference"]
+                shadow["examples"],
+                ["layer", "table", "kind", "key", "column", "live", "new", "difference"],
             )
         )
     return "\n".join(parts)

@@ -155,15 +155,25 @@ def version_differences(settings: Settings, flow: str, version: int) -> list[dic
 def version_examples(
     settings: Settings, flow: str, version: int, limit: int = 8
 ) -> list[dict[str, Any]]:
-    """The first recorded differences of ``version`` from the live version (table, key,
-    column, the live and the new value)."""
-    runs = {r["run_id"]: r["table"] for r in _latest_comparison(settings, flow, version)}
+    """The first recorded differences of ``version`` from the live version (layer, table,
+    key, column, the live and the new value)."""
+    runs = {
+        r["run_id"]: (r["left_side"].split()[0], r["table"])
+        for r in _latest_comparison(settings, flow, version)
+    }
     found = [
-        {**r, "table": runs[r["run_id"]], "live": r["left_value"], "new": r["right_value"]}
+        {
+            **r,
+            "layer": runs[r["run_id"]][0],
+            "table": runs[r["run_id"]][1],
+            "live": r["left_value"],
+            "new": r["right_value"],
+        }
         for r in rows(ControlTables(settings.warehouse).recon_breaks, where=[("flow", "=", flow)])
         if r["run_id"] in runs
     ]
-    return sorted(found, key=lambda r: (r["table"], r["key"], r["column"] or ""))[:limit]
+    order = sorted(found, key=lambda r: (r["layer"], r["table"], r["key"], r["column"] or ""))
+    return order[:limit]
 
 
 def expired_roots(
