@@ -19,6 +19,9 @@ Variants are Spark session confs set before each of that variant's applies:
                   generated, comment-stripped and compiled by Janino
   interpreted     every apply interpreted (``streamshift.engine.spark.INTERPRETED_CONF``), whatever
                   the size of the day
+  checkpoint_100  base, into a second copy of the day (the stream layer's tables) whose tables
+                  have ``delta.checkpointInterval`` 100 (Delta's default: a checkpoint written by
+                  every 10th commit, which that commit waits for)
 ``--engine``: the applies run on a local warm engine (a Spark Connect server started for the
 bench) instead of in a session of the bench's own: the session confs are the client
 session's on the engine, and the engine's JIT and generated-code cache stay warm between
@@ -65,6 +68,7 @@ VARIANTS: dict[str, dict[str, str]] = {
     "codegen": {},
     "no_wscg": {"spark.sql.codegen.wholeStage": "false"},
     "interpreted": INTERPRETED_CONF,
+    "checkpoint_100": {},
 }
 # The write path's own size rule, per variant (default: as shipped).
 INTERPRET_BELOW = {"codegen": 0, "no_wscg": 0, "interpreted": 1 << 62}
@@ -105,6 +109,15 @@ def run(args: argparse.Namespace, work: Path, spark: SparkSession) -> int:
     files = generate_day(DAY, args.trades, work / "files", seed=5, progress=False)
     target = Target.open(spark, settings, flow, "batch")
     run_eod(spark, target, DAY, files.eod)
+    targets = dict.fromkeys(args.variants, target)
+    if "checkpoint_100" in args.variants:
+        sparse = Target.open(spark, settings, flow, "stream")
+        run_eod(spark, sparse, DAY, files.eod)
+        for path in sorted(str(p.parent) for p in (work / "home").rglob("stream/**/_delta_log")):
+            spark.sql(
+                f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.checkpointInterval' = '100')"
+            )
+        targets["checkpoint_100"] = sparse
     live = read(spark, target.tables.current).where(~F.col(IS_DELETED))
     pool = live.limit(args.rows * args.batches * len(args.variants) + args.rows).collect()
     on = "the engine" if args.engine else "a session of this process"
@@ -119,7 +132,8 @@ def run(args: argparse.Namespace, work: Path, spark: SparkSession) -> int:
         return spark.createDataFrame(data, raw_schema(flow))
 
     # A warm-up apply: the first touch of each code path is not what a micro-batch pays.
-    apply_changes(flow, amendments(pool[: args.rows], "warm"), "bench", target)
+    for warm in {id(t): t for t in targets.values()}.values():
+        apply_changes(flow, amendments(pool[: args.rows], "warm"), "bench", warm)
     seconds: dict[str, list[float]] = {v: [] for v in args.variants}
     steps: dict[str, dict[str, list[float]]] = {v: {} for v in args.variants}
     at = args.rows
@@ -132,7 +146,7 @@ def run(args: argparse.Namespace, work: Path, spark: SparkSession) -> int:
             write_target.INTERPRET_BELOW_BYTES = INTERPRET_BELOW.get(name, shipped)
             batch, at = pool[at : at + args.rows], at + args.rows
             t = time.perf_counter()
-            result = apply_changes(flow, amendments(batch, f"{name}-{b}"), "bench", target)
+            result = apply_changes(flow, amendments(batch, f"{name}-{b}"), "bench", targets[name])
             seconds[name].append(time.perf_counter() - t)
             assert result.applied == len(batch), result.describe()
             for step, s in result.seconds_by_step.items():
@@ -142,7 +156,11 @@ def run(args: argparse.Namespace, work: Path, spark: SparkSession) -> int:
     for name in args.variants:
         median = statistics.median(seconds[name])
         per_step = ", ".join(f"{s} {statistics.median(v):.2f}" for s, v in steps[name].items())
-        print(f"{name:15} median {median:.2f}s ({median / first:.2f} of {args.variants[0]})")
+        p90 = statistics.quantiles(seconds[name], n=10)[-1] if len(seconds[name]) > 1 else median
+        print(
+            f"{name:15} median {median:.2f}s ({median / first:.2f} of {args.variants[0]}), "
+            f"p90 {p90:.2f}s, max {max(seconds[name]):.2f}s"
+        )
         print(f"{'':15} steps: {per_step}")
     return 0
 
