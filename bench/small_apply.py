@@ -19,9 +19,10 @@ Variants are Spark session confs set before each of that variant's applies:
                   generated, comment-stripped and compiled by Janino
   interpreted     every apply interpreted (``streamshift.engine.spark.INTERPRETED_CONF``), whatever
                   the size of the day
-  checkpoint_100  base, into a second copy of the day (the stream layer's tables) whose tables
-                  have ``delta.checkpointInterval`` 100 (Delta's default: a checkpoint written by
-                  every 10th commit, which that commit waits for)
+  interval_10     base, its tables' ``delta.checkpointInterval`` set to Delta's default 10 (a
+                  checkpoint written by every 10th commit, which that commit waits for)
+  interval_100    base, into a second copy of the day (the stream layer's tables) whose tables
+                  have ``delta.checkpointInterval`` 100 (the kit's tables as created)
 ``--engine``: the applies run on a local warm engine (a Spark Connect server started for the
 bench) instead of in a session of the bench's own: the session confs are the client
 session's on the engine, and the engine's JIT and generated-code cache stay warm between
@@ -68,7 +69,8 @@ VARIANTS: dict[str, dict[str, str]] = {
     "codegen": {},
     "no_wscg": {"spark.sql.codegen.wholeStage": "false"},
     "interpreted": INTERPRETED_CONF,
-    "checkpoint_100": {},
+    "interval_10": {},
+    "interval_100": {},
 }
 # The write path's own size rule, per variant (default: as shipped).
 INTERPRET_BELOW = {"codegen": 0, "no_wscg": 0, "interpreted": 1 << 62}
@@ -110,14 +112,20 @@ def run(args: argparse.Namespace, work: Path, spark: SparkSession) -> int:
     target = Target.open(spark, settings, flow, "batch")
     run_eod(spark, target, DAY, files.eod)
     targets = dict.fromkeys(args.variants, target)
-    if "checkpoint_100" in args.variants:
+
+    def interval(layer: str, n: int) -> None:
+        for path in sorted(str(p.parent) for p in (work / "home").rglob(f"{layer}/**/_delta_log")):
+            spark.sql(
+                f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.checkpointInterval' = '{n}')"
+            )
+
+    if "interval_10" in args.variants:
+        interval("batch", 10)
+    if "interval_100" in args.variants:
         sparse = Target.open(spark, settings, flow, "stream")
         run_eod(spark, sparse, DAY, files.eod)
-        for path in sorted(str(p.parent) for p in (work / "home").rglob("stream/**/_delta_log")):
-            spark.sql(
-                f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.checkpointInterval' = '100')"
-            )
-        targets["checkpoint_100"] = sparse
+        interval("stream", 100)
+        targets["interval_100"] = sparse
     live = read(spark, target.tables.current).where(~F.col(IS_DELETED))
     pool = live.limit(args.rows * args.batches * len(args.variants) + args.rows).collect()
     on = "the engine" if args.engine else "a session of this process"

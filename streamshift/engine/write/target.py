@@ -75,6 +75,9 @@ def read_or_empty(spark: SparkSession, path: str, schema: StructType | str) -> D
     return spark.createDataFrame([], schema)
 
 
+CHECKPOINT_INTERVAL = 100
+
+
 def ensure_table(
     spark: SparkSession,
     path: str,
@@ -96,6 +99,11 @@ def ensure_table(
     # of rewriting the whole file it lives in (a correction costs one row, not one file). On
     # small tables rewriting the file is cheaper than the vector (bench/delta_floor.py).
     properties = {"delta.enableDeletionVectors": str(deletion_vectors).lower()}
+    # A checkpoint every 100 commits instead of Delta's 10: the commit that writes one waits
+    # for it, and a stream commits to its tables every batch; a new process replaying up to 99
+    # commits reads no slower than one starting from a checkpoint (bench/small_apply.py
+    # --variants base checkpoint_100, bench/delta_checkpoint.py). Upkeep checkpoints too.
+    properties["delta.checkpointInterval"] = str(CHECKPOINT_INTERVAL)
     if change_data_feed:
         properties["delta.enableChangeDataFeed"] = "true"
     partitioned = (
