@@ -6,6 +6,7 @@ import contextlib
 import csv
 import json
 import random
+import subprocess
 import threading
 import time
 import uuid
@@ -28,6 +29,7 @@ from streamshift.spec.contract import FAILED, IS_DELETED, SOURCE, SOURCE_REF
 from streamshift.spec.dayfiles import DayFiles
 from streamshift.spec.flow import Flow
 from streamshift.spec.settings import Settings
+from streamshift.store.heartbeat import read_heartbeat
 from streamshift.store.produce import read_rows
 
 # Columns that say *when* or *how* a row arrived; equal states may differ in them.
@@ -215,3 +217,22 @@ def served(settings, topic: str) -> dict[tuple[str, ...], tuple[str, ...]]:  # t
             else tuple(str(v) for v in json.loads(value, parse_float=Decimal).values())
         )
     return {k: v for k, v in latest.items() if v is not None}
+
+
+def wait_caught_up(
+    home: Path, flow: str, job: subprocess.Popen[bytes], log: Path, timeout: float, poll: float
+) -> None:
+    """Until the stream job ``job`` (a process of its own) has run a batch and its heartbeat
+    says no lag; fails with its log's tail if it exits, or after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        beat = read_heartbeat(home, flow, "stream")
+        if (
+            beat.get("pid") == job.pid
+            and beat.get("lag") == 0
+            and beat.get("last_batch_id") is not None
+        ):
+            return
+        assert job.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"the stream did not catch up: {beat}"
+        time.sleep(poll)

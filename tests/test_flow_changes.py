@@ -408,7 +408,7 @@ def test_a_changed_view_shadowed_switched_to_and_back(kafka_settings, tmp_path: 
     from streamshift.store.heartbeat import read_heartbeat
     from streamshift.store.kafka import ensure_topic
     from tests.cli_support import CLI, LOCAL_SPARK
-    from tests.stream_support import isolated, new_topic
+    from tests.stream_support import isolated, new_topic, wait_caught_up
 
     home = tmp_path / "home"
     settings = isolated(kafka_settings, home)
@@ -449,18 +449,7 @@ def test_a_changed_view_shadowed_switched_to_and_back(kafka_settings, tmp_path: 
         sent.extend(lines)
 
     def caught_up(job: subprocess.Popen[bytes]) -> None:
-        deadline = time.monotonic() + 240
-        while True:
-            beat = read_heartbeat(home, "payments", "stream")
-            if (
-                beat.get("pid") == job.pid
-                and beat.get("lag") == 0
-                and beat.get("last_batch_id") is not None
-            ):
-                return
-            assert job.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, f"the stream did not catch up: {beat}"
-            time.sleep(0.5)
+        wait_caught_up(home, "payments", job, log, timeout=240, poll=0.5)
 
     # Version 1 live: a day's EOD file in the batch layer, events in the stream layer.
     day1 = [

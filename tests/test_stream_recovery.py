@@ -18,7 +18,7 @@ from streamshift.engine.write.target import Target
 from streamshift.store.heartbeat import read_heartbeat
 from streamshift.store.produce import produce_rows
 from tests.cli_support import CLI, LOCAL_SPARK, cli_env, run_cli
-from tests.stream_support import isolated, new_topic, oracle, shuffled_day, state
+from tests.stream_support import isolated, new_topic, oracle, shuffled_day, state, wait_caught_up
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
@@ -87,18 +87,7 @@ def test_sigkill_at_random_points_then_sigterm_ends_in_the_oracle_state(  # type
 
     # Restart; once everything is processed, SIGTERM stops it cleanly.
     job = _start(settings.home, bootstrap, topic, log)
-    deadline = time.monotonic() + 600
-    while True:
-        beat = _beat(settings.home)
-        if (
-            beat.get("pid") == job.pid
-            and beat.get("lag") == 0
-            and beat.get("last_batch_id") is not None
-        ):
-            break
-        assert job.poll() is None, log.read_text()[-3000:]
-        assert time.monotonic() < deadline, f"stream did not catch up: {beat}"
-        time.sleep(1)
+    wait_caught_up(settings.home, "trades", job, log, timeout=600, poll=1)
     running = _status(settings.home, bootstrap)
     assert running.returncode == 0 and f"running (pid {job.pid})" in running.stdout
     os.kill(job.pid, signal.SIGTERM)  # the driver only, as a supervisor would

@@ -58,7 +58,7 @@ from streamshift.spec.formatting import html_table
 from streamshift.spec.registry import flow_names, get_flow
 from streamshift.spec.settings import load_settings
 from streamshift.store.airflow_api import AirflowApiError, AirflowClient
-from streamshift.store.versions import live_tables
+from streamshift.store.versions import EXAMPLE_COLUMNS, live_tables
 
 PROMOTE_DAG = "streamshift_promote"
 REDRIVE_DAG = "streamshift_redrive"
@@ -90,6 +90,7 @@ def _templates() -> Any:
             html_table(rows, columns, cls, links)
         )
         env.globals["stream_class"] = _stream_class
+        env.globals["example_columns"] = EXAMPLE_COLUMNS
         _TEMPLATES = env
     return _TEMPLATES
 

@@ -37,6 +37,7 @@ from streamshift.store.records import (
 )
 from streamshift.store.tables import rows
 from streamshift.store.versions import (
+    EXAMPLE_COLUMNS,
     deployed_layers,
     live_root,
     live_tables,
@@ -172,12 +173,7 @@ def _versions_html(versions: dict[str, Any]) -> str:
             html_table(shadow["differences"], ["table", "live", "dates", "differ", "breaks"])
         )
         parts.append("<h3>Its first differences</h3>")
-        parts.append(
-            html_table(
-                shadow["examples"],
-                ["layer", "table", "kind", "key", "column", "live", "new", "difference"],
-            )
-        )
+        parts.append(html_table(shadow["examples"], EXAMPLE_COLUMNS))
     return "\n".join(parts)
 
 

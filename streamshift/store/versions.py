@@ -152,6 +152,10 @@ def version_differences(settings: Settings, flow: str, version: int) -> list[dic
     return sorted(by_table.values(), key=lambda d: (d["live"], d["table"]))
 
 
+# The columns the page and the report show of each example (the Migration page, the day's report).
+EXAMPLE_COLUMNS = ("layer", "table", "kind", "key", "column", "live", "new", "difference")
+
+
 def version_examples(
     settings: Settings, flow: str, version: int, limit: int = 8
 ) -> list[dict[str, Any]]:

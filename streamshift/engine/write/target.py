@@ -102,7 +102,7 @@ def ensure_table(
     # A checkpoint every 100 commits instead of Delta's 10: the commit that writes one waits
     # for it, and a stream commits to its tables every batch; a new process replaying up to 99
     # commits reads no slower than one starting from a checkpoint (bench/small_apply.py
-    # --variants base checkpoint_100, bench/delta_checkpoint.py). Upkeep checkpoints too.
+    # --variants interval_10 interval_100, bench/delta_checkpoint.py). Upkeep checkpoints too.
     properties["delta.checkpointInterval"] = str(CHECKPOINT_INTERVAL)
     if change_data_feed:
         properties["delta.enableChangeDataFeed"] = "true"
