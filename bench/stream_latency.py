@@ -136,21 +136,21 @@ def _measure(
 
             return report
 
-        print(f"[bench] {label}: {len(measured)} events at {args.rate:.0f}/s", flush=True)
+        print(f"[bench] {label}: {len(measured)} events at {args.rate:g}/s", flush=True)
         started = time.monotonic()
         for i, row in enumerate(measured):
-            wait = started + i / args.rate - time.monotonic()
-            if wait > 0:
+            # poll returns at the first delivery report: wait until the event's time is due
+            while (wait := started + i / args.rate - time.monotonic()) > 0:
                 producer.poll(wait)
             key, value = encode_event(flow, row)
-            sample = i % SAMPLE_EVERY == 0
+            sample = i % args.sample_every == 0
             if sample:
                 sent_at[i] = time.time()
             producer.produce(
                 topic, key=key, value=value, on_delivery=on_delivery(i) if sample else None
             )
             producer.poll(0)
-            if i and i % (int(args.rate) * 10) == 0:
+            if i and i % max(1, round(args.rate * 10)) == 0:
                 behind = ", ".join(
                     f"{p.name} {len(warmup) + i - logged_events(p.progress, topic)}" for p in group
                 )
@@ -225,6 +225,18 @@ def parser(doc: str, seconds: float, pipelines: list[str]) -> argparse.ArgumentP
     parser.add_argument("--seconds", type=float, default=seconds, help="how long to produce")
     parser.add_argument("--trigger", default="1 second")
     parser.add_argument(
+        "--sample-every",
+        type=int,
+        default=SAMPLE_EVERY,
+        help=f"time every Nth event (default {SAMPLE_EVERY}; 1 on a quiet stream)",
+    )
+    parser.add_argument(
+        "--corrections",
+        action="store_true",
+        help="the measured events amend warm-up trades (version 2, another quantity) instead "
+        "of adding new ones: with a low --rate, the quiet stream's one correction",
+    )
+    parser.add_argument(
         "--pipelines",
         nargs="+",
         default=pipelines,
@@ -275,6 +287,24 @@ def job_env(settings: Settings) -> dict[str, str]:
     }
 
 
+def corrections(warmup: list[dict[str, str]], n: int) -> list[dict[str, str]]:
+    """``n`` corrections of warm-up trades: each the next version of a trade's latest live
+    version, one more of its quantity (a trade corrected again when ``n`` exceeds them)."""
+    latest: dict[str, dict[str, str]] = {}
+    for row in warmup:
+        held = latest.get(row["trade_id"])
+        if held is None or int(row["version"]) > int(held["version"]):
+            latest[row["trade_id"]] = row
+    live = [r for r in latest.values() if r["event_type"] != "CANCEL"]
+    out = []
+    for i in range(n):
+        row, again = live[i % len(live)], i // len(live)
+        out.append({**row, "event_type": "AMEND",
+                    "version": str(int(row["version"]) + 1 + again),
+                    "quantity": str(int(row["quantity"]) + 1 + again)})  # fmt: skip
+    return out
+
+
 def run(args: argparse.Namespace) -> tuple[dict[str, Pipeline], dict[str, dict[str, Any]], Path]:
     """Start a broker, run each pipeline of ``args.pipelines`` in turn; their results."""
     work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
@@ -285,6 +315,8 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Pipeline], dict[str, dict[s
     files = generate_day(DAY, n_events + 2000, work / "files", seed=7)
     rows = read_rows(files.eod, get_flow("trades"))
     warmup, measured = rows[:2000], rows[2000 : 2000 + n_events]
+    if args.corrections:
+        measured = corrections(warmup, n_events)
     here = Path(__file__).resolve().parent
 
     def topic(own: str) -> str:
@@ -456,7 +488,8 @@ def main() -> int:
     pipelines, results, _ = run(args)
     n_events = int(args.rate * args.seconds)
     print(
-        f"\nproduced:     {n_events} events at {args.rate:.0f}/s for {args.seconds:.0f}s "
+        f"\nproduced:     {n_events} {'corrections' if args.corrections else 'events'} at "
+        f"{args.rate:g}/s for {args.seconds:.0f}s "
         f"per pipeline (trigger {args.trigger}"
         + (f"; streamshift: trigger {args.stream_trigger}" if args.stream_trigger else "")
         + (f", nice {args.stream_nice}" if args.stream_nice else "")
