@@ -214,6 +214,11 @@ def main() -> int:
                 f"{run.totals.batches} batches)"
             )
             print(f"ratio pipeline/raw:         {pipe_rate / raw_rate:.3f} (goal >= 0.5)")
+            if "decode+merge" in floor_s:
+                print(
+                    f"pipeline ÷ decode+merge:    {run.seconds / floor_s['decode+merge']:.2f} "
+                    f"({run.seconds:.1f} s vs {floor_s['decode+merge']:.1f} s; goal <= 1.5)"
+                )
         if served is not None:
             serve_rate = served.events / served.seconds
             print(
