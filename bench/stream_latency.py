@@ -28,6 +28,9 @@ would run with, both on the machine's two cores. ``--stream-trigger`` and ``--st
 give the write path a longer trigger and a lower CPU priority: the durable record lagging by a
 bounded, measured amount behind the serving path.
 
+``--corrections`` makes the measured events amend warm-up trades instead of adding new ones;
+with ``--rate 0.1 --sample-every 1`` each is a quiet stream's lone correction in a batch of its own.
+
 Run: .venv/bin/python bench/stream_latency.py [--rate 1000] [--seconds 120] [--pipelines ...]
 """
 
@@ -233,8 +236,8 @@ def parser(doc: str, seconds: float, pipelines: list[str]) -> argparse.ArgumentP
     parser.add_argument(
         "--corrections",
         action="store_true",
-        help="the measured events amend warm-up trades (version 2, another quantity) instead "
-        "of adding new ones: with a low --rate, the quiet stream's one correction",
+        help="the measured events amend warm-up trades (the next version, one more of the "
+        "quantity) instead of adding new ones: with a low --rate, a quiet stream's correction",
     )
     parser.add_argument(
         "--pipelines",
