@@ -39,6 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _amend import amendments
 from correction_cost import print_scaling
 from stream_latency import (
     _served_positions,
@@ -59,26 +60,6 @@ from streamshift.store.kafka import ensure_topic, producer_config
 from streamshift.store.produce import produce_rows, read_rows
 
 DAY = dt.date(2026, 11, 20)
-
-
-def amendments(flow: Flow, rows: list[dict[str, str]], n: int) -> list[dict[str, str]]:
-    """``n`` live trades spread over the day, each as its next version with quantity + 1."""
-    highest: dict[str, dict[str, str]] = {}
-    for row in rows:
-        known = highest.get(row[flow.key])
-        if known is None or int(row[flow.version]) > int(known[flow.version]):
-            highest[row[flow.key]] = row
-    live = [r for r in highest.values() if r["event_type"] != "CANCEL"]
-    picked = [live[i * len(live) // n] for i in range(n)]
-    return [
-        r
-        | {
-            flow.version: str(int(r[flow.version]) + 1),
-            "event_type": "AMEND",
-            "quantity": str(int(r["quantity"]) + 1),
-        }
-        for r in picked
-    ]
 
 
 def rerun_seconds(

@@ -51,6 +51,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _amend import amendments
+
 from flows.trades.generate import generate_day
 from streamshift.engine.jobs.serve import progress_path as serve_progress_path
 from streamshift.local.broker import LocalBroker
@@ -290,24 +292,6 @@ def job_env(settings: Settings) -> dict[str, str]:
     }
 
 
-def corrections(warmup: list[dict[str, str]], n: int) -> list[dict[str, str]]:
-    """``n`` corrections of warm-up trades: each the next version of a trade's latest live
-    version, one more of its quantity (a trade corrected again when ``n`` exceeds them)."""
-    latest: dict[str, dict[str, str]] = {}
-    for row in warmup:
-        held = latest.get(row["trade_id"])
-        if held is None or int(row["version"]) > int(held["version"]):
-            latest[row["trade_id"]] = row
-    live = [r for r in latest.values() if r["event_type"] != "CANCEL"]
-    out = []
-    for i in range(n):
-        row, again = live[i % len(live)], i // len(live)
-        out.append({**row, "event_type": "AMEND",
-                    "version": str(int(row["version"]) + 1 + again),
-                    "quantity": str(int(row["quantity"]) + 1 + again)})  # fmt: skip
-    return out
-
-
 def run(args: argparse.Namespace) -> tuple[dict[str, Pipeline], dict[str, dict[str, Any]], Path]:
     """Start a broker, run each pipeline of ``args.pipelines`` in turn; their results."""
     work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
@@ -319,7 +303,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Pipeline], dict[str, dict[s
     rows = read_rows(files.eod, get_flow("trades"))
     warmup, measured = rows[:2000], rows[2000 : 2000 + n_events]
     if args.corrections:
-        measured = corrections(warmup, n_events)
+        measured = amendments(get_flow("trades"), warmup, n_events)
     here = Path(__file__).resolve().parent
 
     def topic(own: str) -> str:
