@@ -16,7 +16,10 @@ of all its columns) and timed; medians per variant and µs per event are printed
 With ``--front``, also the rest of ``serve``'s first stage, cumulatively after ``decode``:
 ``+parse`` (trim, ``try_cast`` to the schema), ``+prepare`` (the flow's reference joins),
 ``+rules`` (``checked_changes``: every rule, the deletion flag) and ``+serve-input`` (the
-accepted rows, projected to what the state processor reads).
+accepted rows, projected to what the state processor reads); then the write path's: ``+ranked``
+(``+rules`` with ``ranked_versions``, the one sort by key) and ``+counted`` (the apply's
+persisted frame, ``checked_batch``, built by its one counting pass, ``batch_counts``): together
+the stream batch's "validate" step.
 
 Run: .venv/bin/python bench/decode_cost.py [--events N] [--rounds 3] [--front]
 """
@@ -51,8 +54,9 @@ DAY = dt.date(2026, 11, 20)
 
 def front_variants(spark, flow) -> dict[str, Callable[[DataFrame], DataFrame]]:  # type: ignore[no-untyped-def]
     """``serve``'s first stage after the decode, cumulatively (``run_serve`` wires the same)."""
+    from streamshift.engine.write.apply import batch_counts, checked_batch
     from streamshift.engine.write.target import load_reference
-    from streamshift.engine.write.transforms import checked_changes, parse
+    from streamshift.engine.write.transforms import checked_changes, parse, ranked_versions
     from streamshift.spec.contract import FAILED, IS_DELETED, SOURCE_REF
     from streamshift.store.events import TRANSPORT_COLUMNS
 
@@ -70,11 +74,21 @@ def front_variants(spark, flow) -> dict[str, Callable[[DataFrame], DataFrame]]: 
     def checked(df: DataFrame) -> DataFrame:
         return checked_changes(flow, raw(df), reference)
 
+    def counted(df: DataFrame) -> DataFrame:
+        batch = checked_batch(flow, raw(df), reference)
+        try:
+            batch_counts(flow, batch)
+        finally:
+            batch.unpersist()
+        return df.limit(0)
+
     return {
         "+parse": parsed,
         "+prepare": lambda df: flow.prepare(parsed(df), reference),
         "+rules": checked,
         "+serve-input": lambda df: checked(df).where(F.size(FAILED) == 0).select(*inputs),
+        "+ranked": lambda df: ranked_versions(flow, checked(df)),
+        "+counted": counted,
     }
 
 

@@ -238,6 +238,36 @@ def checked_batch(flow: Flow, changes: DataFrame, reference: Reference) -> DataF
     )
 
 
+def batch_counts(flow: Flow, checked: DataFrame) -> list[Row]:
+    """One pass over the apply's persisted frame: the rows by rule and, per view group (of
+    which the business date is part), the accepted versions, the keys (one latest row each)
+    and the range they span."""
+    first, key = F.col(FIRST_VERSION), F.col(flow.key)
+    rule = F.try_element_at(F.col(FAILED), F.lit(1))
+    unknown = (
+        [F.count(UNKNOWN_FIELDS).alias("unknown"), F.collect_set(UNKNOWN_FIELDS).alias("names")]
+        if UNKNOWN_FIELDS in checked.columns
+        else []
+    )
+    return (
+        checked.groupBy(
+            rule.alias("rule"),
+            *(F.when(rule.isNull(), F.col(c)).alias(c) for c in flow.group_columns),
+        )
+        .agg(
+            F.count(F.lit(1)).alias("count"),
+            F.count_if(first).alias("versions"),
+            F.count_if(F.col(LATEST_VERSION)).alias("keys"),
+            # accepted deliveries of a version after its first in the batch
+            F.count_if(~first).alias("repeats"),
+            F.min(F.when(first, key)).alias("low"),
+            F.max(F.when(first, key)).alias("high"),
+            *unknown,
+        )
+        .collect()
+    )
+
+
 def _apply_once(
     flow: Flow,
     changes: DataFrame,
@@ -259,33 +289,8 @@ def _apply_once(
         result = ApplyResult()
         result.reference = target.reference_digest
         timer = Timer(on_step)
-        # One pass over the persisted frame counts the rows by rule and, per view group (of
-        # which the business date is part), the accepted versions, the keys (one latest row
-        # each) and the range they span.
-        first, key = F.col(FIRST_VERSION), F.col(flow.key)
-        rule = F.try_element_at(F.col(FAILED), F.lit(1))
-        unknown = (
-            [F.count(UNKNOWN_FIELDS).alias("unknown"), F.collect_set(UNKNOWN_FIELDS).alias("names")]
-            if UNKNOWN_FIELDS in checked.columns
-            else []
-        )
-        counts = (
-            checked.groupBy(
-                rule.alias("rule"),
-                *(F.when(rule.isNull(), F.col(c)).alias(c) for c in flow.group_columns),
-            )
-            .agg(
-                F.count(F.lit(1)).alias("count"),
-                F.count_if(first).alias("versions"),
-                F.count_if(F.col(LATEST_VERSION)).alias("keys"),
-                # accepted deliveries of a version after its first in the batch
-                F.count_if(~first).alias("repeats"),
-                F.min(F.when(first, key)).alias("low"),
-                F.max(F.when(first, key)).alias("high"),
-                *unknown,
-            )
-            .collect()
-        )
+        counts = batch_counts(flow, checked)
+        unknown = UNKNOWN_FIELDS in checked.columns
         by_group: list[Row] = []
         names: set[str] = set()
         for row in counts:
