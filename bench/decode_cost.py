@@ -17,7 +17,7 @@ With ``--front``, also the rest of ``serve``'s first stage, cumulatively after `
 ``+parse`` (trim, ``try_cast`` to the schema), ``+prepare`` (the flow's reference joins),
 ``+rules`` (``checked_changes``: every rule, the deletion flag) and ``+serve-input`` (the
 accepted rows, projected to what the state processor reads); then the write path's: ``+ranked``
-(``+rules`` with ``ranked_versions``, the one sort by key) and ``+counted`` (the apply's
+(``+rules`` with ``ranked_versions``, the one exchange by key) and ``+counted`` (the apply's
 persisted frame, ``checked_batch``, built by its one counting pass, ``batch_counts``): together
 the stream batch's "validate" step.
 

@@ -290,12 +290,13 @@ def _apply_once(
         result.reference = target.reference_digest
         timer = Timer(on_step)
         counts = batch_counts(flow, checked)
-        unknown = UNKNOWN_FIELDS in checked.columns
         by_group: list[Row] = []
         names: set[str] = set()
         for row in counts:
-            if unknown and row["unknown"]:
-                result.unknown_rows += row["unknown"]
+            # the unknown-field counts are there only when the batch has the column
+            unknown = row.asDict().get("unknown")
+            if unknown:
+                result.unknown_rows += unknown
                 names.update(n for joined in row["names"] for n in joined.split(", "))
             result.received += row["count"]
             if row["rule"] is None:
