@@ -21,6 +21,9 @@ Variants are Spark session confs set before each of that variant's applies:
                   the size of the day
   interval_10     base, its tables' ``delta.checkpointInterval`` set to Delta's default 10 (a
                   checkpoint written by every 10th commit, which that commit waits for)
+  compare_first   base, each view's groups compared with the stored view before its MERGE
+                  (the write path's way when an apply changed no current-state row) instead of
+                  in the MERGE's conditions
   interval_100    base, into a second copy of the day (the stream layer's tables) whose tables
                   have ``delta.checkpointInterval`` 100 (the kit's tables as created)
 ``--engine``: the applies run on a local warm engine (a Spark Connect server started for the
@@ -52,6 +55,7 @@ from flows.trades.generate import generate_day
 from streamshift.engine.jobs.eod import run_eod
 from streamshift.engine.spark import INTERPRETED_CONF, connect_session, get_spark
 from streamshift.engine.write import target as write_target
+from streamshift.engine.write import views as write_views
 from streamshift.engine.write.apply import apply_changes
 from streamshift.engine.write.target import Target, read
 from streamshift.engine.write.transforms import raw_schema
@@ -71,6 +75,7 @@ VARIANTS: dict[str, dict[str, str]] = {
     "interpreted": INTERPRETED_CONF,
     "interval_10": {},
     "interval_100": {},
+    "compare_first": {},
 }
 # The write path's own size rule, per variant (default: as shipped).
 INTERPRET_BELOW = {"codegen": 0, "no_wscg": 0, "interpreted": 1 << 62}
@@ -152,6 +157,7 @@ def run(args: argparse.Namespace, work: Path, spark: SparkSession) -> int:
             for k, v in VARIANTS[name].items():
                 spark.conf.set(k, v)
             write_target.INTERPRET_BELOW_BYTES = INTERPRET_BELOW.get(name, shipped)
+            write_views.COMPARE_IN_MERGE = name != "compare_first"
             batch, at = pool[at : at + args.rows], at + args.rows
             t = time.perf_counter()
             result = apply_changes(flow, amendments(batch, f"{name}-{b}"), "bench", targets[name])

@@ -15,6 +15,8 @@ as multiples of the floor's (BENCHMARKS.md holds the goals).
   visible = the positions MERGE committed: the floor of a batch that must update rows.
 * ``streamshift``: ``streamshift stream --flow trades``; visible = the micro-batch's positions
   MERGE committed, so a reader of the positions view sees the change.
+* ``streamshift-cold`` (not run by default): the same job with ``stream_warm_state`` off (no
+  side thread computing the written tables' state after a batch), in a home of its own.
 * ``serving`` (not run by default): ``streamshift serve --flow trades`` — positions in Spark's
   state store, published per batch to a compacted topic; visible = the publish returned, so a
   consumer of the topic sees the change. When it runs beside
@@ -45,7 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +100,7 @@ class Pipeline:
     progress: Path
     topic: str
     visible_field: str = "views_committed_at"  # the progress line's "visible at" time
+    env: dict[str, str] = field(default_factory=dict)  # over the bench's job environment
 
 
 def _measure(
@@ -118,7 +121,7 @@ def _measure(
     ensure_topic(settings, topic)
     logs = [open(work / f"{p.name}.log", "wb") for p in group]  # noqa: SIM115 - closed below
     jobs = [
-        subprocess.Popen(p.command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        subprocess.Popen(p.command, env=env | p.env, stdout=log, stderr=subprocess.STDOUT)
         for p, log in zip(group, logs, strict=True)
     ]
     sent_at: dict[int, float] = {}
@@ -245,7 +248,14 @@ def parser(doc: str, seconds: float, pipelines: list[str]) -> argparse.ArgumentP
         "--pipelines",
         nargs="+",
         default=pipelines,
-        choices=["floor", "floor-merge", "streamshift", "serving", "serving-python"],
+        choices=[
+            "floor",
+            "floor-merge",
+            "streamshift",
+            "streamshift-cold",
+            "serving",
+            "serving-python",
+        ],
         help=f"run one after the other on the same broker (default: {' '.join(pipelines)})",
     )
     parser.add_argument(
@@ -394,6 +404,21 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Pipeline], dict[str, dict[s
             topic("trades"),
         ),
     }
+    cold = work / "home-cold"
+    pipelines["streamshift-cold"] = Pipeline(
+        "streamshift-cold",
+        pipelines["streamshift"].visible + " (no state warmed after a batch)",
+        [
+            *pipelines["streamshift"].command[:-4],
+            "--topic",
+            topic("trades-cold"),
+            "--trigger",
+            args.stream_trigger or args.trigger,
+        ],
+        progress_path(cold, "trades", "stream"),
+        topic("trades-cold"),
+        env={"STREAMSHIFT_HOME": str(cold), "STREAMSHIFT_STREAM_WARM_STATE": "false"},
+    )
     results: dict[str, dict[str, Any]] = {}
     try:
         # Together: the floor (if asked for) still runs first on its own, the rest at once.
@@ -484,7 +509,7 @@ def main() -> int:
     )
     for name, result in results.items():
         _report(pipelines[name], result)
-    for name in ("streamshift", "serving", "serving-python"):
+    for name in ("streamshift", "streamshift-cold", "serving", "serving-python"):
         for floor_name in ("floor", "floor-merge"):
             if {floor_name, name} <= set(results):
                 for q, goal in ((0.50, "p50"), (0.99, "p99")):

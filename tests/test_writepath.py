@@ -33,6 +33,17 @@ def current(spark, t):  # type: ignore[no-untyped-def]
     }
 
 
+def changes_after(spark, path: str, version: int) -> list:  # type: ignore[no-untyped-def]
+    """The change feed of the Delta table at ``path`` after ``version``."""
+    return (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", version + 1)
+        .load(path)
+        .collect()
+    )
+
+
 def history(spark, t):  # type: ignore[no-untyped-def]
     return sorted((r.trade_id, r.version) for r in read(spark, t.tables.history).collect())
 
@@ -139,13 +150,7 @@ def test_new_amend_cancel_out_of_order_duplicates_replays_and_moves(
     # 4. cancelling the last trades of a group deletes the group; the change feed says so
     apply([trade("c", 4, event="CANCEL"), trade("d", 3, event="CANCEL")])
     assert positions(spark, target) == {(D1, DELTA1, "AAPL"): (100, 1)}
-    feed = (
-        spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", view_version + 1)
-        .load(view_path)
-        .collect()
-    )
+    feed = changes_after(spark, view_path, view_version)
     assert [(r._change_type, r.book, r.net_quantity) for r in feed] == [("delete", FLOWB, 57)]
 
 
@@ -158,17 +163,21 @@ def test_correction_is_a_retraction_plus_new_value_in_the_change_feed(spark, tar
     apply_changes(
         FLOW, frame(spark, [trade("a", 2, event="AMEND", quantity=12, price="2.5")]), "test", target
     )
-    feed = (
-        spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", version + 1)
-        .load(view_path)
-        .collect()
-    )
+    feed = changes_after(spark, view_path, version)
     assert sorted((r._change_type, r.net_quantity, r.net_notional_usd) for r in feed) == [
         ("update_postimage", 12, Decimal("30.00")),
         ("update_preimage", 10, Decimal("25.00")),
     ]
+
+    # A correction of a field no view measures (the trade's time) changes current state but
+    # no position: the view's MERGE compares in its conditions, and its feed holds no change.
+    version = DeltaTable.forPath(spark, view_path).history(1).first().version
+    moved = trade("a", 3, event="AMEND", quantity=12, price="2.5", ts=f"{D2}T11:30:00Z")
+    assert apply_changes(FLOW, frame(spark, [moved]), "test", target).applied == 1
+    assert current(spark, target)["a"][0] == 3
+    feed = changes_after(spark, view_path, version)
+    assert feed == []
+    assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (12, 1)}
 
 
 def test_small_dates_run_interpreted_and_the_session_gets_its_setting_back(  # type: ignore[no-untyped-def]

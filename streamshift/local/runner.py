@@ -430,6 +430,7 @@ def _serve_one(listener: socket.socket, control: socket.socket, url: str, parent
 
     from streamshift.engine.jobs.execute import run_handed_over
     from streamshift.engine.write.commits import reset_faults, tables_written
+    from streamshift.engine.write.target import warm_state
 
     reset_faults()  # read from the command's environment, as its own process would
     if forget_stale():  # the flow code on disk, never the code the runner started with
@@ -445,10 +446,8 @@ def _serve_one(listener: socket.socket, control: socket.socket, url: str, parent
     os.dup2(null, 1)
     os.dup2(null, 2)
     # After a job that did not end well (interrupted, refused) the process just exits.
-    for path in tables_written() if status == 0 else []:
-        with contextlib.suppress(Exception):  # a table dropped meanwhile: nothing to warm
-            # Listing a Delta table's files computes the state of its latest version.
-            spark.read.format("delta").load(path).inputFiles()
+    if status == 0:
+        warm_state(spark, tables_written())
     spark.stop()
     return status
 

@@ -250,6 +250,13 @@ class Settings:
         "CPU niceness of the stream job (0-19); beside `streamshift serve` on the same cores, "
         "10 leaves serve the CPU it needs and the Delta writer the rest",
     )
+    stream_warm_state: bool = _setting(
+        True,
+        _bool,
+        "after each micro-batch, compute the state of the Delta tables it wrote on a side "
+        "thread, so the next batch's reads and MERGEs start from it (a quiet stream's next "
+        "event does not wait for it)",
+    )
     stream_stall_seconds: int = _setting(
         300, _positive_int, "stream_supervisor restarts a stream whose heartbeat is older than this"
     )

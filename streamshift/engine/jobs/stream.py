@@ -32,7 +32,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from streamshift.engine.decode import decode
 from streamshift.engine.versions import FlowChangedError, ensure_deployed, still_deployed
 from streamshift.engine.write.apply import ApplyResult, apply_changes
-from streamshift.engine.write.target import Target, read
+from streamshift.engine.write.target import Target, read, warm_state
 from streamshift.spec.contract import MALFORMED, SOURCE_REF
 from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.flow import Flow
@@ -129,6 +129,29 @@ def forward_undecodable(
 
 
 # ---- the foreachBatch function ------------------------------------------------------------
+class StateWarmer:
+    """After a micro-batch, the state of the tables every batch's critical path reads
+    (history, current state, the views) computed on a side thread: a batch's first read of a
+    table after its own commit otherwise starts by computing it (bench/delta_floor.py), and on
+    a quiet stream that thread runs while the query waits for events. A busy stream's next
+    batch shares the work (Delta computes a version's state once per session). One pass at a
+    time: a batch that ends while the last one's pass runs starts none."""
+
+    def __init__(self, spark: SparkSession, flow: Flow, target: Target) -> None:
+        tables = target.tables
+        self.spark = spark
+        self.paths = [tables.history, tables.current, *(tables.view(v.name) for v in flow.views)]
+        self.thread: threading.Thread | None = None
+
+    def after_batch(self) -> None:
+        if self.thread is not None and self.thread.is_alive():
+            return
+        self.thread = threading.Thread(
+            target=warm_state, args=(self.spark, self.paths), name="warm-state", daemon=True
+        )
+        self.thread.start()
+
+
 @dataclass
 class StreamTotals:
     batches: int = 0
@@ -210,6 +233,7 @@ def batch_writer(
     ``on_step(batch_id, step)`` hears of each step of a batch as it ends: a batch of a whole
     backlog runs for minutes, and the heartbeat shows it working meanwhile.
     """
+    warmer = StateWarmer(target.spark, flow, target) if settings.stream_warm_state else None
 
     def write(batch: DataFrame, batch_id: int) -> None:
         if not still_deployed(target):
@@ -267,6 +291,8 @@ def batch_writer(
                 ran = set(jobs.statusTracker().getJobIdsForGroup(group)) - before
                 result.spark_jobs = len(ran)
             totals.add(batch_id, result, dead[0])
+            if warmer is not None:
+                warmer.after_batch()
         except SystemExit as exc:
             # py4j answers the JVM only for an Exception: a SystemExit escaping a callback
             # would leave the micro-batch waiting forever. Fail the batch (and the query).

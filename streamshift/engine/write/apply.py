@@ -484,7 +484,16 @@ def _apply_accepted(
             if delta_log_version(spark, tables.current) == seen_empty_at + 1:
                 from_batch = (latest, seen_empty_at + 1)
         refresh_views(
-            spark, flow, tables, steps, result, touched, touched_dates, date_filter, from_batch
+            spark,
+            flow,
+            tables,
+            steps,
+            result,
+            touched,
+            touched_dates,
+            date_filter,
+            from_batch,
+            changed=result.applied > 0,
         )
     finally:
         steps.settle()  # the side steps read the persisted frame too

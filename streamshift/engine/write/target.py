@@ -9,6 +9,7 @@ finds a table missing). Reads of tables that may not exist yet go through
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import shutil
@@ -52,6 +53,15 @@ def read(spark: SparkSession, path: str, version: int | None = None) -> DataFram
     if version is not None:
         reader = reader.option("versionAsOf", version)
     return reader.load(path)
+
+
+def warm_state(spark: SparkSession, paths: Iterable[str]) -> None:
+    """Have Spark compute the state of each table's latest version (listing its files does),
+    so the next reader or MERGE starts from it instead of computing it first. A table
+    dropped meanwhile is skipped."""
+    for path in paths:
+        with contextlib.suppress(Exception):
+            spark.read.format("delta").load(path).inputFiles()
 
 
 def _log_entries(path: str) -> list[str]:

@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 # Views with fewer touched groups than this are MERGEd from rows collected to the driver.
 LOCAL_SOURCE_BELOW = 10_000
+# Whether an apply that changed current-state rows compares the groups with the stored view
+# inside the view's MERGE (its clause conditions) instead of reading the view first.
+COMPARE_IN_MERGE = True
 
 
 def refresh_views(
@@ -45,11 +48,15 @@ def refresh_views(
     touched_dates: Sequence[object],
     date_filter: Sql,
     batch: tuple[DataFrame, int] | None,
+    changed: bool = False,
 ) -> None:
     """Recompute the ``touched`` groups (of ``flow.group_columns``) of every view.
 
     ``batch`` = (the batch's latest rows, the current-state version they made): recompute
-    from those first; ``None``: from current state as stored."""
+    from those first; ``None``: from current state as stored. ``changed``: the apply changed
+    rows of current state, so the groups are MERGEd with the comparison in the MERGE's
+    conditions; otherwise (a replay, a re-run repairing a view) they are compared with the
+    stored view first and a view whose groups all hold their values gets no commit."""
     group_columns, bd = flow.group_columns, flow.business_date
 
     def recompute(current: DataFrame) -> None:
@@ -68,6 +75,7 @@ def refresh_views(
                 tables.view(view.name),
                 date_filter,
                 len(groups_rows) < LOCAL_SOURCE_BELOW,
+                not (changed and COMPARE_IN_MERGE),
             )
             result.touched_groups[view.name] = len(groups_rows)
         steps.wait(*(f"view {v.name}" for v in flow.views))
@@ -104,16 +112,24 @@ def _merge_view(
     path: str,
     date_filter: Sql,
     local: bool,
+    compare_first: bool,
 ) -> None:
-    """MERGE the touched groups that actually changed; nothing to change, no commit."""
+    """MERGE the touched groups whose values changed: new ones inserted, vanished ones
+    deleted, the rest updated where a value differs. ``compare_first``: the groups are
+    compared with the stored view before the MERGE, and nothing to change makes no commit;
+    else the MERGE's conditions compare them (one read of the view less; a MERGE whose groups
+    all hold their values still commits, rewriting their files unchanged)."""
     recomputed = recompute_view_groups(view.compute, live, groups, view.group_key)
-    stored = (
-        read(spark, path)
-        .alias("t")
-        .where(date_filter.column())
-        .join(F.broadcast(groups), list(view.group_key), "left_semi")
-    )
-    changed = changed_groups(recomputed, stored, view.group_key)
+    if compare_first:
+        stored = (
+            read(spark, path)
+            .alias("t")
+            .where(date_filter.column())
+            .join(F.broadcast(groups), list(view.group_key), "left_semi")
+        )
+        changed = changed_groups(recomputed, stored, view.group_key)
+    else:
+        changed = recomputed
     if local:
         # Few groups: hand the MERGE local rows (no source materialisation, fewer jobs).
         rows = changed.collect()
@@ -132,12 +148,18 @@ def _merge_view(
         for c in view.group_key:
             on = on & sql.col(c, "t").eq_null_safe(sql.col(c, "s"))
         present = sql.col("_present", "s").is_not_null()
+        differs = None
+        if not compare_first:
+            for c in value_columns:
+                one = ~sql.col(c, "t").eq_null_safe(sql.col(c, "s"))
+                differs = one if differs is None else differs | one
         merge_into(
             path,
             source,
             on,
             delete_when=~present,
             update={c: sql.col(c, "s") for c in value_columns},
+            update_when=differs,
             insert={c: sql.col(c, "s") for c in (*view.group_key, *value_columns)},
             insert_when=present,
         )
