@@ -1,6 +1,9 @@
 """Step 5 of the write path: the view groups an apply touched, recomputed from current state
 and MERGEd into each view table (groups that vanished are deleted; a group whose value did not
-change is not written, so a view's change feed holds real changes only).
+change is not updated, so a view's change feed holds real changes only). An apply that changed
+no current-state row (a replay, a re-run repairing a view) compares the groups with the view
+first and commits nothing when none changed; one that did compares them in the MERGE's
+conditions, one read of the view less (bench/small_apply.py's compare_first).
 
 The groups are recomputed from the batch's own rows when every key went into dates current
 state never held and no other writer committed since (a new day's file: no read-back of the
