@@ -1,9 +1,10 @@
 """Step 5 of the write path: the view groups an apply touched, recomputed from current state
 and MERGEd into each view table (groups that vanished are deleted; a group whose value did not
 change is not updated, so a view's change feed holds real changes only). An apply that changed
-no current-state row (a replay, a re-run repairing a view) compares the groups with the view
-first and commits nothing when none changed; one that did compares them in the MERGE's
-conditions, one read of the view less (bench/small_apply.py's compare_first).
+no current-state row (a replay, a re-run repairing a view), or touched many groups, compares
+the groups with the view first and commits nothing when none changed; one that changed rows of
+a few groups compares them in the MERGE's conditions, one read of the view less
+(bench/small_apply.py's compare_first).
 
 The groups are recomputed from the batch's own rows when every key went into dates current
 state never held and no other writer committed since (a new day's file: no read-back of the
@@ -36,8 +37,8 @@ if TYPE_CHECKING:
 
 # Views with fewer touched groups than this are MERGEd from rows collected to the driver.
 LOCAL_SOURCE_BELOW = 10_000
-# Whether an apply that changed current-state rows compares the groups with the stored view
-# inside the view's MERGE (its clause conditions) instead of reading the view first.
+# Whether an apply that changed current-state rows compares its few (local) groups with the
+# stored view inside the view's MERGE (its clause conditions) instead of reading the view first.
 COMPARE_IN_MERGE = True
 
 
@@ -57,9 +58,10 @@ def refresh_views(
 
     ``batch`` = (the batch's latest rows, the current-state version they made): recompute
     from those first; ``None``: from current state as stored. ``changed``: the apply changed
-    rows of current state, so the groups are MERGEd with the comparison in the MERGE's
-    conditions; otherwise (a replay, a re-run repairing a view) they are compared with the
-    stored view first and a view whose groups all hold their values gets no commit."""
+    rows of current state, so a view's few groups are MERGEd with the comparison in the
+    MERGE's conditions; otherwise (a replay, a re-run repairing a view) and for many groups
+    they are compared with the stored view first, and a view whose groups all hold their
+    values gets no commit."""
     group_columns, bd = flow.group_columns, flow.business_date
 
     def recompute(current: DataFrame) -> None:
@@ -68,6 +70,7 @@ def refresh_views(
             at = [group_columns.index(c) for c in view.group_key]
             groups_rows = sorted({tuple(g[i] for i in at) for g in touched}, key=repr)
             groups = spark.createDataFrame(groups_rows, live.select(*view.group_key).schema)
+            local = len(groups_rows) < LOCAL_SOURCE_BELOW
             steps.submit(
                 f"view {view.name}",
                 _merge_view,
@@ -77,8 +80,10 @@ def refresh_views(
                 groups,
                 tables.view(view.name),
                 date_filter,
-                len(groups_rows) < LOCAL_SOURCE_BELOW,
-                not (changed and COMPARE_IN_MERGE),
+                local,
+                # Many groups (a day replaced): most may hold their values, and the MERGE
+                # would rewrite every file holding one; they are compared first.
+                not (changed and local and COMPARE_IN_MERGE),
             )
             result.touched_groups[view.name] = len(groups_rows)
         steps.wait(*(f"view {v.name}" for v in flow.views))
