@@ -137,9 +137,9 @@ class StateWarmer:
     batch shares the work (Delta computes a version's state once per session). One pass at a
     time: a batch that ends while the last one's pass runs starts none."""
 
-    def __init__(self, spark: SparkSession, flow: Flow, target: Target) -> None:
+    def __init__(self, flow: Flow, target: Target) -> None:
         tables = target.tables
-        self.spark = spark
+        self.spark = target.spark
         self.paths = [tables.history, tables.current, *(tables.view(v.name) for v in flow.views)]
         self.thread: threading.Thread | None = None
 
@@ -233,7 +233,7 @@ def batch_writer(
     ``on_step(batch_id, step)`` hears of each step of a batch as it ends: a batch of a whole
     backlog runs for minutes, and the heartbeat shows it working meanwhile.
     """
-    warmer = StateWarmer(target.spark, flow, target) if settings.stream_warm_state else None
+    warmer = StateWarmer(flow, target) if settings.stream_warm_state else None
 
     def write(batch: DataFrame, batch_id: int) -> None:
         if not still_deployed(target):

@@ -40,6 +40,15 @@ def same_columns(columns: Sequence[str]) -> Sql:
     return on
 
 
+def same_values(columns: Sequence[str]) -> Sql:
+    """Target ``t`` and source ``s`` hold the same value in each of ``columns``, nulls equal
+    (a view's group key in its MERGE's join; its measures, to update only what differs)."""
+    on = sql.TRUE
+    for c in columns:
+        on = on & sql.col(c, "t").eq_null_safe(sql.col(c, "s"))
+    return on
+
+
 def within(column: str, key_range: tuple[object, object], alias: str = "") -> Sql:
     """``column`` inside a batch's key range: implied by a join on the key, and what lets Delta
     skip every file whose key statistics lie outside it. Keys that grow with time (ids that

@@ -61,7 +61,7 @@ def warm_state(spark: SparkSession, paths: Iterable[str]) -> None:
     dropped meanwhile is skipped."""
     for path in paths:
         with contextlib.suppress(Exception):
-            spark.read.format("delta").load(path).inputFiles()
+            read(spark, path).inputFiles()
 
 
 def _log_entries(path: str) -> list[str]:

@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streamshift.engine.write.commits import merge_into
-from streamshift.engine.write.predicates import isin
+from streamshift.engine.write.predicates import isin, same_values
 from streamshift.engine.write.steps import Steps
 from streamshift.engine.write.target import delta_log_version, read
 from streamshift.engine.write.transforms import changed_groups, recompute_view_groups
@@ -52,7 +52,8 @@ def refresh_views(
     touched_dates: Sequence[object],
     date_filter: Sql,
     batch: tuple[DataFrame, int] | None,
-    changed: bool = False,
+    *,
+    changed: bool,
 ) -> None:
     """Recompute the ``touched`` groups (of ``flow.group_columns``) of every view.
 
@@ -152,22 +153,14 @@ def _merge_view(
             return
     try:
         value_columns = [c for c in source.columns if c not in view.group_key and c != "_present"]
-        on = date_filter
-        for c in view.group_key:
-            on = on & sql.col(c, "t").eq_null_safe(sql.col(c, "s"))
         present = sql.col("_present", "s").is_not_null()
-        differs = None
-        if not compare_first:
-            for c in value_columns:
-                one = ~sql.col(c, "t").eq_null_safe(sql.col(c, "s"))
-                differs = one if differs is None else differs | one
         merge_into(
             path,
             source,
-            on,
+            date_filter & same_values(view.group_key),
             delete_when=~present,
             update={c: sql.col(c, "s") for c in value_columns},
-            update_when=differs,
+            update_when=None if compare_first else ~same_values(value_columns),
             insert={c: sql.col(c, "s") for c in (*view.group_key, *value_columns)},
             insert_when=present,
         )
