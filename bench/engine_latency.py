@@ -14,11 +14,15 @@ the state of the tables it wrote once it has answered; every timed engine run fo
 no-engine one, as corrections come with time between them). Each file is complete when the command
 starts (``file_stable_seconds`` 0, as with a done-marker: no wait for the file to settle).
 Prints each side's median wall time from process start to exit and engine ÷ no engine (goals:
-engine <= 5 s, ratio <= 0.25). Then runs ``--steps`` more corrections in its own process on
+engine <= 5 s, ratio <= 0.25). Then runs ``--back-to-back`` corrections on the engine one right
+after the other, as a user fixing several trades does (each command starts as the one before
+exits, while the engine still computes the state the one before wrote; goal: <= 5 s each).
+Then runs ``--steps`` more corrections in its own process on
 the engine and prints the fastest one's steps, where the job's time goes without a process
 start.
 
-Run: .venv/bin/python bench/engine_latency.py [--trades 300] [--repeat 5] [--warmup 8] [--steps 3]
+Run: .venv/bin/python bench/engine_latency.py [--trades 300] [--repeat 5] [--warmup 8]
+     [--back-to-back 3] [--steps 3]
 """
 
 from __future__ import annotations
@@ -102,6 +106,12 @@ def main() -> int:
         "--warmup", type=int, default=8, help="untimed corrections on the engine first"
     )
     parser.add_argument(
+        "--back-to-back",
+        type=int,
+        default=3,
+        help="then this many corrections on the engine, each started as the one before exits",
+    )
+    parser.add_argument(
         "--steps",
         type=int,
         default=3,
@@ -127,6 +137,12 @@ def main() -> int:
                 one = amendment_file(files.eod, version, work / f"fix-{version}.csv")
                 timings[side].append(timed_eod(homes[side], address, one))
                 print(f"run {i + 1} {side}: {timings[side][-1]:.2f} s", file=sys.stderr, flush=True)
+        in_a_row = []
+        for _ in range(args.back_to_back):
+            version += 1
+            one = amendment_file(files.eod, version, work / f"fix-{version}.csv")
+            in_a_row.append(timed_eod(home, url, one))
+            print(f"back to back on the engine: {in_a_row[-1]:.2f} s", file=sys.stderr, flush=True)
         steps = in_process(home, url, files.eod, work, args.steps) if args.steps else None
     warm = statistics.median(timings["engine"])
     cold = statistics.median(timings["no engine"])
@@ -136,6 +152,12 @@ def main() -> int:
     print(f"  engine up:  {warm:6.2f} s")
     print(f"  no engine:  {cold:6.2f} s")
     print(f"  engine / no engine: {warm / cold:.2f}")
+    if in_a_row:
+        each = ", ".join(f"{s:.2f}" for s in in_a_row)
+        print(
+            f"  {len(in_a_row)} back to back on the engine: {each} s"
+            f" (median {statistics.median(in_a_row):.2f} s, slowest {max(in_a_row):.2f} s)"
+        )
     if steps:
         total, eod_steps = steps
         print(
