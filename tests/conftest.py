@@ -171,7 +171,8 @@ def spark(settings: Settings):  # type: ignore[no-untyped-def]
     from streamshift.engine.spark import get_spark
 
     short_lived = os.environ["SPARK_SUBMIT_OPTS"]
-    os.environ["SPARK_SUBMIT_OPTS"] = LONG_LIVED_JVM_OPTS
+    # TESTS_WORKER_JVM_OPTS replaces them for a measurement (bench/jvm_threads.py).
+    os.environ["SPARK_SUBMIT_OPTS"] = os.environ.get("TESTS_WORKER_JVM_OPTS", LONG_LIVED_JVM_OPTS)
     try:
         session = get_spark(settings, app_name="streamshift-tests")
     finally:
