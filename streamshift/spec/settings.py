@@ -253,9 +253,9 @@ class Settings:
     stream_warm_state: bool = _setting(
         True,
         _bool,
-        "after each micro-batch, compute the state of the Delta tables it wrote on a side "
-        "thread, so the next batch's reads and MERGEs start from it (a quiet stream's next "
-        "event does not wait for it)",
+        "after each small micro-batch (a quiet stream's; after a large one the next batch "
+        "follows at once), compute the state of the Delta tables it wrote on a side thread, so "
+        "the next batch's reads and MERGEs start from it",
     )
     stream_stall_seconds: int = _setting(
         300, _positive_int, "stream_supervisor restarts a stream whose heartbeat is older than this"

@@ -31,7 +31,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from streamshift.engine.decode import decode
 from streamshift.engine.versions import FlowChangedError, ensure_deployed, still_deployed
-from streamshift.engine.write.apply import ApplyResult, apply_changes
+from streamshift.engine.write.apply import PRUNE_KEYS_BELOW, ApplyResult, apply_changes
 from streamshift.engine.write.target import Target, read, warm_state
 from streamshift.spec.contract import MALFORMED, SOURCE_REF
 from streamshift.spec.errors import StreamshiftError
@@ -130,12 +130,13 @@ def forward_undecodable(
 
 # ---- the foreachBatch function ------------------------------------------------------------
 class StateWarmer:
-    """After a micro-batch, the state of the tables every batch's critical path reads
+    """After a small micro-batch, the state of the tables every batch's critical path reads
     (history, current state, the views) computed on a side thread: a batch's first read of a
     table after its own commit otherwise starts by computing it (bench/delta_floor.py), and on
-    a quiet stream that thread runs while the query waits for events. A busy stream's next
-    batch shares the work (Delta computes a version's state once per session). One pass at a
-    time: a batch that ends while the last one's pass runs starts none."""
+    a quiet stream that thread runs while the query waits for events. After a large batch (a
+    busy stream, a backlog) the next batch starts at once and would only share the two cores
+    with the pass: none starts (BENCHMARKS.md, 1,000 events/s with and without the thread).
+    One pass at a time: a batch that ends while the last one's pass runs starts none."""
 
     def __init__(self, flow: Flow, target: Target) -> None:
         tables = target.tables
@@ -143,8 +144,10 @@ class StateWarmer:
         self.paths = [tables.history, tables.current, *(tables.view(v.name) for v in flow.views)]
         self.thread: threading.Thread | None = None
 
-    def after_batch(self) -> None:
-        if self.thread is not None and self.thread.is_alive():
+    def after_batch(self, received: int) -> None:
+        """A pass after a batch of ``received`` rows, unless it was large (the write path's
+        large batches, ``PRUNE_KEYS_BELOW``) or the last pass still runs."""
+        if received >= PRUNE_KEYS_BELOW or (self.thread is not None and self.thread.is_alive()):
             return
         self.thread = threading.Thread(
             target=warm_state, args=(self.spark, self.paths), name="warm-state", daemon=True
@@ -292,7 +295,7 @@ def batch_writer(
                 result.spark_jobs = len(ran)
             totals.add(batch_id, result, dead[0])
             if warmer is not None:
-                warmer.after_batch()
+                warmer.after_batch(result.received)
         except SystemExit as exc:
             # py4j answers the JVM only for an Exception: a SystemExit escaping a callback
             # would leave the micro-batch waiting forever. Fail the batch (and the query).
