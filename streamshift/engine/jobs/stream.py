@@ -144,10 +144,10 @@ class StateWarmer:
         self.paths = [tables.history, tables.current, *(tables.view(v.name) for v in flow.views)]
         self.thread: threading.Thread | None = None
 
-    def after_batch(self, received: int) -> None:
-        """A pass after a batch of ``received`` rows, unless it was large (the write path's
-        large batches, ``PRUNE_KEYS_BELOW``) or the last pass still runs."""
-        if received >= PRUNE_KEYS_BELOW or (self.thread is not None and self.thread.is_alive()):
+    def after_batch(self, accepted: int) -> None:
+        """A pass after a batch of ``accepted`` rows, unless the write path took it as large
+        (``PRUNE_KEYS_BELOW`` accepted rows or more) or the last pass still runs."""
+        if accepted >= PRUNE_KEYS_BELOW or (self.thread is not None and self.thread.is_alive()):
             return
         self.thread = threading.Thread(
             target=warm_state, args=(self.spark, self.paths), name="warm-state", daemon=True
@@ -295,7 +295,7 @@ def batch_writer(
                 result.spark_jobs = len(ran)
             totals.add(batch_id, result, dead[0])
             if warmer is not None:
-                warmer.after_batch(result.received)
+                warmer.after_batch(result.accepted)
         except SystemExit as exc:
             # py4j answers the JVM only for an Exception: a SystemExit escaping a callback
             # would leave the micro-batch waiting forever. Fail the batch (and the query).
