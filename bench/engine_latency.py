@@ -98,6 +98,12 @@ def timed_eod(home: Path, engine: str, file: Path, day: dt.date = DAY) -> float:
     return seconds
 
 
+def corrected(home: Path, engine: str, day_file: Path, version: int, work: Path) -> float:
+    """Seconds of one ``streamshift eod`` of a one-row file amending the day's first trade to
+    ``version`` (see ``timed_eod``)."""
+    return timed_eod(home, engine, amendment_file(day_file, version, work / f"fix-{version}.csv"))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trades", type=int, default=300, help="trades in the loaded day")
@@ -127,21 +133,19 @@ def main() -> int:
         homes = {"engine": home, "no engine": work / "home-no-engine"}
         shutil.copytree(home, homes["no engine"])  # Delta's log holds relative paths
         for version in range(50, 50 + args.warmup):
-            warm = timed_eod(home, url, amendment_file(files.eod, version, work / "warm.csv"))
+            warm = corrected(home, url, files.eod, version, work)
             print(f"warm-up on the engine: {warm:.2f} s", file=sys.stderr, flush=True)
         timings: dict[str, list[float]] = {"engine": [], "no engine": []}
         version = 100
         for i in range(args.repeat):
             for side, address in (("engine", url), ("no engine", "")):
                 version += 1
-                one = amendment_file(files.eod, version, work / f"fix-{version}.csv")
-                timings[side].append(timed_eod(homes[side], address, one))
+                timings[side].append(corrected(homes[side], address, files.eod, version, work))
                 print(f"run {i + 1} {side}: {timings[side][-1]:.2f} s", file=sys.stderr, flush=True)
         in_a_row = []
         for _ in range(args.back_to_back):
             version += 1
-            one = amendment_file(files.eod, version, work / f"fix-{version}.csv")
-            in_a_row.append(timed_eod(home, url, one))
+            in_a_row.append(corrected(home, url, files.eod, version, work))
             print(f"back to back on the engine: {in_a_row[-1]:.2f} s", file=sys.stderr, flush=True)
         steps = in_process(home, url, files.eod, work, args.steps) if args.steps else None
     warm = statistics.median(timings["engine"])

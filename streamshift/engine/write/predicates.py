@@ -32,20 +32,14 @@ def synthetic(alias: str = "") -> Sql:
     return sql.coalesce(sql.col(SOURCE, alias).eq(sql.lit(REPLACEMENT_SOURCE)), sql.FALSE)
 
 
-def same_columns(columns: Sequence[str]) -> Sql:
-    """Target ``t`` and source ``s`` agree on ``columns`` (a MERGE's join)."""
+def same_columns(columns: Sequence[str], *, nulls_equal: bool = False) -> Sql:
+    """Target ``t`` and source ``s`` agree on ``columns``: a MERGE's join on a key, or with
+    ``nulls_equal`` (two nulls agree) a view's group key in its join and its measures, to
+    update only what differs."""
     on = sql.TRUE
     for c in columns:
-        on = on & sql.col(c, "t").eq(sql.col(c, "s"))
-    return on
-
-
-def same_values(columns: Sequence[str]) -> Sql:
-    """Target ``t`` and source ``s`` hold the same value in each of ``columns``, nulls equal
-    (a view's group key in its MERGE's join; its measures, to update only what differs)."""
-    on = sql.TRUE
-    for c in columns:
-        on = on & sql.col(c, "t").eq_null_safe(sql.col(c, "s"))
+        target, source = sql.col(c, "t"), sql.col(c, "s")
+        on = on & (target.eq_null_safe(source) if nulls_equal else target.eq(source))
     return on
 
 

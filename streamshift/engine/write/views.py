@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streamshift.engine.write.commits import merge_into
-from streamshift.engine.write.predicates import isin, same_values
+from streamshift.engine.write.predicates import isin, same_columns
 from streamshift.engine.write.steps import Steps
 from streamshift.engine.write.target import delta_log_version, read
 from streamshift.engine.write.transforms import changed_groups, recompute_view_groups
@@ -157,10 +157,10 @@ def _merge_view(
         merge_into(
             path,
             source,
-            date_filter & same_values(view.group_key),
+            date_filter & same_columns(view.group_key, nulls_equal=True),
             delete_when=~present,
             update={c: sql.col(c, "s") for c in value_columns},
-            update_when=None if compare_first else ~same_values(value_columns),
+            update_when=None if compare_first else ~same_columns(value_columns, nulls_equal=True),
             insert={c: sql.col(c, "s") for c in (*view.group_key, *value_columns)},
             insert_when=present,
         )
