@@ -168,7 +168,7 @@ def spark(settings: Settings):  # type: ignore[no-untyped-def]
     """This process's session. It lives through every test the worker runs, so its JVM
     compiles with C2 as well: within minutes C2's faster code saves more CPU than compiling it
     costs (the JVMs a test starts and drops stay C1-only, SPARK_SUBMIT_OPTS above)."""
-    from streamshift.engine.spark import get_spark
+    from streamshift.engine.spark import INTERPRETED_CONF, get_spark
 
     short_lived = os.environ["SPARK_SUBMIT_OPTS"]
     # TESTS_WORKER_JVM_OPTS replaces them for a measurement (bench/jvm_threads.py).
@@ -177,8 +177,28 @@ def spark(settings: Settings):  # type: ignore[no-untyped-def]
         session = get_spark(settings, app_name="streamshift-tests")
     finally:
         os.environ["SPARK_SUBMIT_OPTS"] = short_lived
+    # Its queries are many and small, as a small date's are in the write path: generating and
+    # compiling their code costs more than it saves (BENCHMARKS.md, "generated code"). A test
+    # that needs the generated-code path asks for the ``generated_code`` fixture.
+    for name, value in INTERPRETED_CONF.items():
+        session.conf.set(name, value)
     yield session
     session.stop()
+
+
+@pytest.fixture
+def generated_code(spark):  # type: ignore[no-untyped-def]
+    """The worker's session with Spark's own code generation for one test (a large load's
+    path), given back interpreted after it."""
+    from streamshift.engine.spark import INTERPRETED_CONF
+
+    for name in INTERPRETED_CONF:
+        spark.conf.unset(name)
+    try:
+        yield spark
+    finally:
+        for name, value in INTERPRETED_CONF.items():
+            spark.conf.set(name, value)
 
 
 @pytest.fixture(scope="session")

@@ -68,7 +68,7 @@ def quarantine(spark, t):  # type: ignore[no-untyped-def]
 
 
 def test_new_amend_cancel_out_of_order_duplicates_replays_and_moves(
-    spark, target, monkeypatch
+    spark, generated_code, target, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
     # With generated code, as a large load runs: the suite's small days otherwise run interpreted.
     monkeypatch.setattr(target_module, "INTERPRET_BELOW_BYTES", 0)
@@ -181,7 +181,7 @@ def test_correction_is_a_retraction_plus_new_value_in_the_change_feed(spark, tar
 
 
 def test_small_dates_run_interpreted_and_the_session_gets_its_setting_back(  # type: ignore[no-untyped-def]
-    spark, target, monkeypatch
+    spark, generated_code, target, monkeypatch
 ) -> None:
     """``when_small`` turns generated code off while any user (any thread) is inside; the
     session's own setting comes back when the last one leaves; a date holding more current
