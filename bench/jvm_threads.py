@@ -6,7 +6,8 @@ thread of each JVM it starts directly (the pytest worker's own Spark session, th
 engine) from ``/proc`` twice a second; a thread's last reading is its CPU. Prints the command's
 wall time and each JVM kind's threads by name (numbers folded: ``Executor task launch worker
 for task 12`` counts with the others). ``TESTS_WORKER_JVM_OPTS`` in the environment replaces the
-JVM options of the suite's worker sessions (``tests/conftest.py``), e.g. to compare C1 only:
+JVM options of the suite's worker sessions (``tests/conftest.py``) and ``TESTS_GENERATED_CODE=1``
+keeps their code generation on (they run interpreted otherwise), e.g. to compare C1 only:
 
 Run: TESTS_WORKER_JVM_OPTS="-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m
      -XX:+UseSerialGC" .venv/bin/python bench/jvm_threads.py -- .venv/bin/python -m pytest -q

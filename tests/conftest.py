@@ -180,8 +180,10 @@ def spark(settings: Settings):  # type: ignore[no-untyped-def]
     # Its queries are many and small, as a small date's are in the write path: generating and
     # compiling their code costs more than it saves (BENCHMARKS.md, "generated code"). A test
     # that needs the generated-code path asks for the ``generated_code`` fixture.
-    for name, value in INTERPRETED_CONF.items():
-        session.conf.set(name, value)
+    # TESTS_GENERATED_CODE=1 keeps Spark's default for a measurement (bench/jvm_threads.py).
+    if not os.environ.get("TESTS_GENERATED_CODE"):
+        for name, value in INTERPRETED_CONF.items():
+            session.conf.set(name, value)
     yield session
     session.stop()
 
