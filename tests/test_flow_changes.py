@@ -50,20 +50,25 @@ def _payment(pid: str, version: int, day: dt.date, merchant: str, amount: str, *
     }
 
 
-def _oracle(loaded: list[dict[str, str]], known: set[str]) -> dict[tuple[str, str], tuple]:
-    """by_merchant with the new measure, from the rows loaded: each payment's highest version,
-    known merchants only: (payments, amount, largest) per (date, merchant)."""
+def _amounts_by_group(loaded: list[dict[str, str]]) -> dict[tuple[str, str], list[Decimal]]:
+    """Each payment's highest version among the rows loaded: its amount per (date, merchant)."""
     latest: dict[str, dict[str, str]] = {}
     for row in loaded:
-        if row["merchant"] in known:
-            held = latest.get(row["payment_id"])
-            if held is None or int(row["version"]) > int(held["version"]):
-                latest[row["payment_id"]] = row
+        held = latest.get(row["payment_id"])
+        if held is None or int(row["version"]) > int(held["version"]):
+            latest[row["payment_id"]] = row
     groups: dict[tuple[str, str], list[Decimal]] = {}
     for row in latest.values():
         groups.setdefault((row["business_date"], row["merchant"]), []).append(
             Decimal(row["amount"])
         )
+    return groups
+
+
+def _oracle(loaded: list[dict[str, str]], known: set[str]) -> dict[tuple[str, str], tuple]:
+    """by_merchant with the new measure, from the rows loaded: each payment's highest version,
+    known merchants only: (payments, amount, largest) per (date, merchant)."""
+    groups = _amounts_by_group([row for row in loaded if row["merchant"] in known])
     return {g: (len(a), sum(a), max(a)) for g, a in groups.items()}
 
 
@@ -374,16 +379,7 @@ def _by_merchant_oracle(loaded: list[dict[str, str]], floor: Decimal | None) -> 
     """by_merchant's amount per (date, merchant) from the rows loaded: each payment's highest
     version; with ``floor``, the new logic: only payments of at least ``floor`` are summed
     (None where none is)."""
-    latest: dict[str, dict[str, str]] = {}
-    for row in loaded:
-        held = latest.get(row["payment_id"])
-        if held is None or int(row["version"]) > int(held["version"]):
-            latest[row["payment_id"]] = row
-    groups: dict[tuple[str, str], list[Decimal]] = {}
-    for row in latest.values():
-        groups.setdefault((row["business_date"], row["merchant"]), []).append(
-            Decimal(row["amount"])
-        )
+    groups = _amounts_by_group(loaded)
     if floor is None:
         return {g: sum(a) for g, a in groups.items()}
     return {g: sum(x for x in a if x >= floor) if any(x >= floor for x in a) else None

@@ -38,7 +38,12 @@ from streamshift.engine.recon import ensure_recon_tables, new_run_id
 from streamshift.engine.write.apply import apply_changes
 from streamshift.engine.write.commits import append, overwrite
 from streamshift.engine.write.target import Target, ensure_table, is_table, read, state_schema
-from streamshift.engine.write.transforms import checked_changes, latest_per_key, state_columns
+from streamshift.engine.write.transforms import (
+    checked_changes,
+    latest_per_key,
+    quarantine_rows,
+    state_columns,
+)
 from streamshift.spec.catalog import (
     LAYERS,
     RECON_RUNS_SCHEMA,
@@ -113,20 +118,8 @@ def reapply_history(
         overwrite(latest_per_key(flow, history), target.tables.current, part)
         moved = failing.count()
         if moved:
-            append(
-                failing.select(
-                    F.lit(flow.name).alias("flow"),
-                    F.col(SOURCE).alias("source"),
-                    F.col(SOURCE_REF).alias("source_ref"),
-                    F.to_json(F.struct(*flow.columns)).alias("raw_payload"),
-                    F.col(FAILED)[0].alias("rule"),
-                    F.array_join(F.col(FAILED), ",").alias("rules"),
-                    F.col(flow.business_date).cast("date").alias("business_date"),
-                    F.lit(batch_id).alias("batch_id"),
-                    F.current_timestamp().alias("quarantined_at"),
-                ),
-                target.tables.quarantine,
-            )
+            as_json = F.to_json(F.struct(*flow.columns))
+            append(quarantine_rows(flow, failing, batch_id, as_json), target.tables.quarantine)
         return history.count(), moved
     finally:
         checked.unpersist()

@@ -44,7 +44,7 @@ from streamshift.engine.write.target import (
     state_schema,
     view_schema,
 )
-from streamshift.engine.write.transforms import latest_per_key, parse, raw_schema
+from streamshift.engine.write.transforms import latest_per_key, parse, quarantine_rows, raw_schema
 from streamshift.spec import sqltext as sql
 from streamshift.spec.catalog import (
     FLOW_VERSIONS_SCHEMA,
@@ -53,7 +53,7 @@ from streamshift.spec.catalog import (
     ControlTables,
     LayerTables,
 )
-from streamshift.spec.contract import FAILED, IS_DELETED, SOURCE, SOURCE_REF
+from streamshift.spec.contract import FAILED, IS_DELETED, SOURCE
 from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.flow import Flow
 from streamshift.spec.registry import UnknownFlowError, flow_folder, get_flow
@@ -591,17 +591,8 @@ def reapply_rules(
             delete_when=sql.col("_none", "s").eq(sql.lit(True)),
             update={c: sql.col(c, "s") for c in history.columns if c != key},
         )
-        quarantined = failed.select(
-            F.lit(flow.name).alias("flow"),
-            F.col(SOURCE).alias("source"),
-            F.col(SOURCE_REF).alias("source_ref"),
-            F.to_json(F.struct(*flow.columns)).alias("raw_payload"),
-            F.col(FAILED)[0].alias("rule"),
-            F.array_join(F.col(FAILED), ",").alias("rules"),
-            F.col(flow.business_date).cast("date").alias("business_date"),
-            F.lit(f"reapply:v{version}").alias("batch_id"),
-            F.current_timestamp().alias("quarantined_at"),
-        )
+        as_json = F.to_json(F.struct(*flow.columns))
+        quarantined = quarantine_rows(flow, failed, f"reapply:v{version}", as_json)
         ensure_table(spark, tables.quarantine, QUARANTINE_SCHEMA)
         merge_into(
             tables.quarantine, quarantined, same_columns(["flow", "source_ref", "rule"]), insert="*"

@@ -62,6 +62,7 @@ from streamshift.engine.write.transforms import (
     VERSION_CONFLICT_RULE,
     checked_changes,
     content_hash,
+    quarantine_rows,
     ranked_versions,
     state_columns,
 )
@@ -73,7 +74,6 @@ from streamshift.spec.contract import (
     FAILED,
     RAW,
     SOURCE,
-    SOURCE_REF,
     UNKNOWN_FIELDS,
 )
 from streamshift.spec.errors import StreamshiftError
@@ -338,17 +338,7 @@ def _apply_once(
 def _quarantine(
     spark: SparkSession, flow: Flow, rejected: DataFrame, tables: LayerTables, batch_id: str
 ) -> None:
-    rows = rejected.select(
-        F.lit(flow.name).alias("flow"),
-        F.col(SOURCE).alias("source"),
-        F.col(SOURCE_REF).alias("source_ref"),
-        F.col(RAW).alias("raw_payload"),
-        F.try_element_at(F.col(FAILED), F.lit(1)).alias("rule"),
-        F.array_join(F.col(FAILED), ",").alias("rules"),
-        F.col(flow.business_date).cast("date").alias("business_date"),
-        F.lit(batch_id).alias("batch_id"),
-        F.current_timestamp().alias("quarantined_at"),
-    )
+    rows = quarantine_rows(flow, rejected, batch_id, F.col(RAW))
     merge_into(tables.quarantine, rows, same_columns(["flow", "source_ref", "rule"]), insert="*")
 
 
@@ -363,17 +353,9 @@ def _quarantine_conflicts(
     ``version_conflict`` (their payload as the typed row in JSON: the batch keeps raw text
     for rejected rows only)."""
     rows = by_key_version(flow, checked.where(F.col(FIRST_VERSION)), conflicts, "left_semi")
-    rows = rows.select(
-        F.lit(flow.name).alias("flow"),
-        F.col(SOURCE).alias("source"),
-        F.col(SOURCE_REF).alias("source_ref"),
-        F.coalesce(F.col(RAW), F.to_json(F.struct(*flow.columns))).alias("raw_payload"),
-        F.lit(VERSION_CONFLICT_RULE).alias("rule"),
-        F.lit(VERSION_CONFLICT_RULE).alias("rules"),
-        F.col(flow.business_date).cast("date").alias("business_date"),
-        F.lit("").alias("batch_id"),
-        F.current_timestamp().alias("quarantined_at"),
-    )
+    conflict = F.lit(VERSION_CONFLICT_RULE)
+    payload = F.coalesce(F.col(RAW), F.to_json(F.struct(*flow.columns)))
+    rows = quarantine_rows(flow, rows, "", payload, rule=conflict, rules=conflict)
     merge_into(tables.quarantine, rows, same_columns(["flow", "source_ref", "rule"]), insert="*")
 
 

@@ -255,3 +255,27 @@ def replacement_cancels(
         F.lit(None).cast("string").alias(RAW),
         F.lit(REPLACEMENT_SOURCE).alias(SOURCE),
     )
+
+
+def quarantine_rows(
+    flow: Flow,
+    rows: DataFrame,
+    batch_id: str,
+    payload: Column,
+    rule: Column | None = None,
+    rules: Column | None = None,
+) -> DataFrame:
+    """``rows`` as quarantine records (``QUARANTINE_SCHEMA``): the payload given, and by default
+    the rules each row failed (``_failed_rules``: the first one, then all of them), stamped
+    with the query's time (Spark's ``current_timestamp``)."""
+    return rows.select(
+        F.lit(flow.name).alias("flow"),
+        F.col(SOURCE).alias("source"),
+        F.col(SOURCE_REF).alias("source_ref"),
+        payload.alias("raw_payload"),
+        (F.try_element_at(F.col(FAILED), F.lit(1)) if rule is None else rule).alias("rule"),
+        (F.array_join(F.col(FAILED), ",") if rules is None else rules).alias("rules"),
+        F.col(flow.business_date).cast("date").alias("business_date"),
+        F.lit(batch_id).alias("batch_id"),
+        F.current_timestamp().alias("quarantined_at"),
+    )
