@@ -13,7 +13,10 @@ however little data it carries. In one Spark session, on a 1,000-row Delta table
   * the same MERGE into a table with Change Data Feed on (what a view MERGE pays);
   * the first MERGE with its source not materialised first (``materializeSource=none``);
   * a one-row MERGE into a table just created, interpreted (as the write path applies a small
-    date: the tests' tables are new and small).
+    date: the tests' tables are new and small);
+  * a filtered read right after a one-row MERGE, of its new version and again, and of the
+    version before it (time travel) and again: what a view recomputed from the state a MERGE
+    started from would pay.
 
 ``--anatomy``: then one more one-row MERGE (the plain table), taken apart through Spark's
 monitoring REST API (the session starts its web UI): each query Delta runs inside it, with
@@ -173,9 +176,30 @@ def run(work: Path, repeat: int, anatomy: bool = False, suite: Path | None = Non
         with interpreted(spark):  # as the write path applies a small date
             merge(str(work / "new" / str(i)))(i)
 
-    # Run before an operation, untimed: the new table a MERGE goes into.
+    # The reads after a MERGE: of its new version (whose state Delta computes on first use),
+    # again, and of the version before it (time travel), as a view recomputed from the state
+    # the MERGE started from would read.
+    merged = table("merged")
+    before_merge: list[int] = []
+
+    def merge_first(i: int) -> None:
+        before_merge[:] = [DeltaTable.forPath(spark, merged).history(1).first()["version"]]
+        merge(merged)(i)
+
+    def read_merged(version: bool = False) -> Callable[[int], None]:
+        def op(i: int) -> None:
+            reader = spark.read.format("delta")
+            if version:
+                reader = reader.option("versionAsOf", before_merge[0])
+            reader.load(merged).where(F.col("k") == str(i)).collect()
+
+        return op
+
+    # Run before an operation, untimed: the new table a MERGE goes into; the MERGE a read follows.
     prepare: dict[str, Callable[[int], None]] = {
         "one-row MERGE into a new table, interpreted": lambda i: create(i, "new"),
+        "read after a MERGE, its new version": merge_first,
+        "read after a MERGE, the version before it": merge_first,
     }
     operations: list[tuple[str, Callable[[int], None]]] = [
         ("trivial Spark job", lambda i: spark.range(10).collect()),
@@ -190,6 +214,10 @@ def run(work: Path, repeat: int, anatomy: bool = False, suite: Path | None = Non
         ("one-row MERGE, change data feed", merge(with_cdf)),
         ("one-row MERGE, source not materialised", merge(plain, **{MATERIALIZE: "none"})),
         ("one-row MERGE into a new table, interpreted", into_new_table),
+        ("read after a MERGE, its new version", read_merged()),
+        ("the same read again", read_merged()),
+        ("read after a MERGE, the version before it", read_merged(version=True)),
+        ("the same read again (that version)", read_merged(version=True)),
     ]
     for label, op in operations:  # warm the JVM once over every code path
         prepare.get(label, lambda i: None)(-1)
