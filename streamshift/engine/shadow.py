@@ -118,8 +118,7 @@ def reapply_history(
         overwrite(latest_per_key(flow, history), target.tables.current, part)
         moved = failing.count()
         if moved:
-            as_json = F.to_json(F.struct(*flow.columns))
-            append(quarantine_rows(flow, failing, batch_id, as_json), target.tables.quarantine)
+            append(quarantine_rows(flow, failing, batch_id), target.tables.quarantine)
         return history.count(), moved
     finally:
         checked.unpersist()

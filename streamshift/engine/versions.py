@@ -591,8 +591,7 @@ def reapply_rules(
             delete_when=sql.col("_none", "s").eq(sql.lit(True)),
             update={c: sql.col(c, "s") for c in history.columns if c != key},
         )
-        as_json = F.to_json(F.struct(*flow.columns))
-        quarantined = quarantine_rows(flow, failed, f"reapply:v{version}", as_json)
+        quarantined = quarantine_rows(flow, failed, f"reapply:v{version}")
         ensure_table(spark, tables.quarantine, QUARANTINE_SCHEMA)
         merge_into(
             tables.quarantine, quarantined, same_columns(["flow", "source_ref", "rule"]), insert="*"

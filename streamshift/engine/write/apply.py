@@ -65,6 +65,7 @@ from streamshift.engine.write.transforms import (
     quarantine_rows,
     ranked_versions,
     state_columns,
+    typed_payload,
 )
 from streamshift.engine.write.views import refresh_views
 from streamshift.spec import sqltext as sql
@@ -354,7 +355,7 @@ def _quarantine_conflicts(
     for rejected rows only)."""
     rows = by_key_version(flow, checked.where(F.col(FIRST_VERSION)), conflicts, "left_semi")
     conflict = F.lit(VERSION_CONFLICT_RULE)
-    payload = F.coalesce(F.col(RAW), F.to_json(F.struct(*flow.columns)))
+    payload = F.coalesce(F.col(RAW), typed_payload(flow))
     rows = quarantine_rows(flow, rows, "", payload, rule=conflict, rules=conflict)
     merge_into(tables.quarantine, rows, same_columns(["flow", "source_ref", "rule"]), insert="*")
 

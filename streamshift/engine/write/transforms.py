@@ -257,17 +257,26 @@ def replacement_cancels(
     )
 
 
+def typed_payload(flow: Flow) -> Column:
+    """A row's flow columns as JSON: the payload quarantine keeps for rows whose raw text the
+    apply dropped (accepted rows carry none)."""
+    return F.to_json(F.struct(*flow.columns))
+
+
 def quarantine_rows(
     flow: Flow,
     rows: DataFrame,
     batch_id: str,
-    payload: Column,
+    payload: Column | None = None,
     rule: Column | None = None,
     rules: Column | None = None,
 ) -> DataFrame:
-    """``rows`` as quarantine records (``QUARANTINE_SCHEMA``): the payload given, and by default
+    """``rows`` as quarantine records (``QUARANTINE_SCHEMA``): the payload given, by default
+    the typed row as JSON (:func:`typed_payload`: rows that kept no raw text), and by default
     the rules each row failed (``_failed_rules``: the first one, then all of them), stamped
     with the query's time (Spark's ``current_timestamp``)."""
+    if payload is None:
+        payload = typed_payload(flow)
     return rows.select(
         F.lit(flow.name).alias("flow"),
         F.col(SOURCE).alias("source"),
