@@ -1,7 +1,8 @@
 """A team's project without a JVM: the project file found from where a command runs, its keys
 and settings checked, settings' sources said, flows found in the project and by entry point
-(a name twice refused), `streamshift init` refusing a folder with files, and the jar lock
-matching what the repository's set-up resolved."""
+(a name twice refused), a command naming a flow it cannot find saying what to do,
+`streamshift init` refusing a folder with files, and the jar lock matching what the
+repository's set-up resolved."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from streamshift.spec.project import ProjectError, find_project
 from streamshift.spec.registry import DuplicateFlowError, flow_names, flow_sources
 from streamshift.spec.scaffold import InitError, init_project
 from streamshift.spec.settings import SettingsError, resolve_settings
-from tests.cli_support import run_cli
+from tests.cli_support import cli_env, run_cli
 
 FLOW = """
 from pyspark.sql import functions as F
@@ -209,3 +210,36 @@ def test_setup_says_and_prunes_the_cache_folders_of_other_locks(
     assert not any(folder.exists() for folder in older)
     assert (mine / "spark" / "lib" / "a.jar").is_file() and unrelated.is_dir()
     assert prune_other_locks(mine, said.append, remove=True) == 0
+
+
+def test_every_command_taking_a_flow_says_what_to_do_when_it_finds_none(tmp_path: Path) -> None:
+    """Outside a project, each command naming a flow says how to get one; in a project, an
+    unknown name gets the declared flows. One line each, exit code 2, no Spark started."""
+    commands = [
+        ["eod", "--flow", "payments", "--date", "2026-01-01", "--file", "x.csv"],
+        ["stage", "--flow", "payments"],
+        ["trace", "--flow", "payments", "--key", "T1"],
+        ["plan", "--flow", "payments"],
+        ["show", "--flow", "payments", "--view", "v"],
+        ["report", "--flow", "payments", "--date", "2026-01-01"],
+    ]
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    root = _project(tmp_path / "team", flows=("refunds", "chargebacks"))
+    env = cli_env(tmp_path / "home")
+    env.pop("STREAMSHIFT_PROJECT", None)  # the project is where the command runs
+    for args in commands:
+        for cwd, said in (
+            (
+                outside,
+                "unknown flow 'payments': no streamshift project here .* `streamshift init DIR`",
+            ),
+            (root, "unknown flow 'payments'; declared flows: chargebacks, refunds$"),
+        ):
+            done = run_cli(tmp_path / "home", *args, cwd=cwd, env=env)
+            assert done.returncode == 2, (args, done.stderr)
+            lines = done.stderr.strip().splitlines()
+            assert len(lines) == 1 and re.fullmatch(f"streamshift: error: {said}", lines[0]), (
+                args,
+                done.stderr,
+            )

@@ -55,7 +55,7 @@ from streamshift.control.trace import (
 )
 from streamshift.spec.formatting import html_cell as _e
 from streamshift.spec.formatting import html_table
-from streamshift.spec.registry import flow_names, get_flow
+from streamshift.spec.registry import UnknownFlowError, get_flow, require_flow
 from streamshift.spec.settings import load_settings
 from streamshift.store.airflow_api import AirflowApiError, AirflowClient
 from streamshift.store.versions import EXAMPLE_COLUMNS, live_tables
@@ -268,9 +268,10 @@ def _known(flow: str) -> str:
     """``flow``, or 404 naming the flows there are."""
     from fastapi import HTTPException
 
-    if flow not in flow_names():
-        raise HTTPException(404, f"unknown flow {flow!r}; flows: {', '.join(flow_names())}")
-    return flow
+    try:
+        return require_flow(flow)
+    except UnknownFlowError as exc:
+        raise HTTPException(404, str(exc)) from None
 
 
 def _read_routes(app: Any) -> None:

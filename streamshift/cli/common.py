@@ -16,12 +16,13 @@ class UserError(StreamshiftError):
 
 
 def known_flow(flow: str) -> str:
+    """``flow``, or a user's-mistake error naming the declared flows (or the missing project)."""
+    from streamshift.spec.registry import UnknownFlowError, require_flow
 
-    from streamshift.spec.registry import flow_names
-
-    if flow not in flow_names():
-        raise UserError(f"unknown flow {flow!r}; flows: {', '.join(flow_names())}")
-    return flow
+    try:
+        return require_flow(flow)
+    except UnknownFlowError as exc:
+        raise UserError(str(exc)) from None
 
 
 def date_arg(text: str) -> dt.date:

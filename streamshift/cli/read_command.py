@@ -213,10 +213,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from streamshift.control.report import write_report
-    from streamshift.spec.registry import flow_names
 
-    if args.flow not in flow_names():
-        raise UserError(f"unknown flow {args.flow!r}; flows: {', '.join(flow_names())}")
+    known_flow(args.flow)
     html_path, json_path = write_report(load_settings(), args.flow, args.date, echo=True)
     print(f"report: {html_path}")
     print(f"summary for machines: {json_path}")

@@ -104,6 +104,13 @@ def flow_names() -> list[str]:
     return sorted(flow_sources())
 
 
+def require_flow(name: str) -> str:
+    """``name``, or :class:`UnknownFlowError` saying what to do: the one check of a flow's name
+    every entry point makes (the CLI, the Migration page), without importing the flow."""
+    _source(name)
+    return name
+
+
 def _source(name: str) -> FlowSource:
     sources = flow_sources()
     if name not in sources:
