@@ -168,12 +168,15 @@ def _cmd_stage(args: argparse.Namespace) -> int:
     if not closes:
         print("    none yet")
     print("stage history:")
-    for change in stage_history(settings, flow):
+    changes = stage_history(settings, flow)
+    for change in changes:
         forced = f" FORCED ({change['reason']})" if change["forced"] else ""
         print(
             f"    {change['changed_at']}  {change['from_stage']} → {change['to_stage']}  "
             f"by {change['changed_by']}{forced}"
         )
+    if not changes:
+        print("    none yet")
     decisions = promotion_decisions(settings, flow)
     if decisions:
         print("promotion approvals (four eyes):")
