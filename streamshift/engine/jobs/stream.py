@@ -266,10 +266,14 @@ def batch_writer(
             batch_label = f"{label}:{batch_id}"
             dead = [0]
 
-            def dead_letters(checked: DataFrame) -> None:
-                dead[0] = forward_undecodable(
-                    target.spark, settings, flow, target, checked, dlq, batch_label
-                )
+            def dead_letters(checked: DataFrame, rejected_by_rule: dict[str, int]) -> None:
+                # A message the decoder refused has its rule first (``parse`` puts the
+                # reader's rule before any other), so the counts tell whether there are any:
+                # a batch without one skips the pass over the batch.
+                if rejected_by_rule.keys() & set(UNDECODABLE_RULES):
+                    dead[0] = forward_undecodable(
+                        target.spark, settings, flow, target, checked, dlq, batch_label
+                    )
 
             result = apply_changes(
                 flow,

@@ -159,7 +159,7 @@ def apply_changes(
     batch_id: str = "",
     closing_date: dt.date | None = None,
     on_step: Callable[[str], None] | None = None,
-    before_writes: tuple[str, Callable[[DataFrame], None]] | None = None,
+    before_writes: tuple[str, Callable[[DataFrame, dict[str, int]], None]] | None = None,
 ) -> ApplyResult:
     """Apply raw changes to ``target`` — the single write path of batch and stream.
 
@@ -170,9 +170,10 @@ def apply_changes(
     (``seconds_by_step``'s names), from the thread that ran it.
 
     ``before_writes`` = (step name, function): the function is called once, with the apply's
-    persisted frame (the checked rows, counted), before anything is written, so a caller
-    reads what it needs of the batch from the one cache the apply builds (the stream sends
-    its undecodable messages to the dead-letter topic from it, before quarantine holds them).
+    persisted frame (the checked rows, counted) and the rejected rows' counts by their first
+    rule, before anything is written, so a caller reads what it needs of the batch from the
+    one cache the apply builds (the stream sends its undecodable messages to the dead-letter
+    topic from it, before quarantine holds them, and skips that read when none were counted).
 
     Two writers may share a layer (in stage ``stream`` the EOD correction and the streaming
     job write the same business date). Delta detects a conflicting commit and refuses it;
@@ -214,7 +215,7 @@ class _Attempts:
     """What one apply carries from attempt to attempt when a conflict makes it run again."""
 
     # Called once: popped before it runs, so a retry does not call it again.
-    before_writes: list[tuple[str, Callable[[DataFrame], None]]]
+    before_writes: list[tuple[str, Callable[[DataFrame, dict[str, int]], None]]]
     # Current-state rows the attempts' committed MERGEs inserted or updated. A conflict in a
     # side step (history beside the current-state MERGE) fails an attempt whose current state
     # did commit; the next attempt's MERGE then finds those rows in place and counts none.
@@ -313,7 +314,7 @@ def _apply_once(
         timer.lap("validate")
         while attempts.before_writes:
             name, call = attempts.before_writes.pop()
-            call(checked)
+            call(checked, dict(result.rejected_by_rule))
             timer.lap(name)
         with Steps(timer) as steps:
             if result.rejected:
