@@ -575,6 +575,10 @@ def test_the_page_api_needs_an_airflow_user_and_the_api_server_runs_no_jvm(airfl
         assert _status(f"{airflow.url}/streamshift/{route}")[0] == 404, route
     status, body = _status(flows, token=client.token())
     assert status == 200 and [f["flow"] for f in body] == flow_names()
+    # A flow the project does not declare: 404, naming those it does.
+    missing, answer = _status(f"{flows}/payments/trace?key=T1", token=client.token())
+    assert missing == 404, answer
+    assert answer["detail"] == f"unknown flow 'payments'; declared flows: {', '.join(flow_names())}"
     by_flow = {f["flow"]: f for f in body}
     assert by_flow["trades"]["stage"] == current_stage(settings, "trades")
 
