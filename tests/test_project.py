@@ -234,7 +234,7 @@ def test_every_command_taking_a_flow_says_what_to_do_when_it_finds_none(tmp_path
                 outside,
                 "unknown flow 'payments': no streamshift project here .* `streamshift init DIR`",
             ),
-            (root, "unknown flow 'payments'; declared flows: chargebacks, refunds$"),
+            (root, "unknown flow 'payments'; declared flows: chargebacks, refunds"),
         ):
             done = run_cli(tmp_path / "home", *args, cwd=cwd, env=env)
             assert done.returncode == 2, (args, done.stderr)
