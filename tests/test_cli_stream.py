@@ -3,6 +3,8 @@ operator needs: saying what to do, before any Spark JVM starts."""
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import subprocess
 from pathlib import Path
 
@@ -56,6 +58,8 @@ def test_jobs_refuse_what_they_cannot_do_before_starting_spark(tmp_path: Path) -
         assert result.returncode == 2, (command, result.stderr)
         assert "cannot reach Kafka" in result.stderr, command
         assert "streamshift kafka start" in result.stderr, command
+        # the one line, without librdkafka's log of every failed connection
+        assert "rdkafka" not in result.stderr, (command, result.stderr[:500])
     nothing = tmp_path / "nope.csv"
     refused["reconcile"] = _run(
         tmp_path, "reconcile", "--flow", "trades", "--date", "2026-11-20", "--against", str(nothing)
@@ -65,6 +69,56 @@ def test_jobs_refuse_what_they_cannot_do_before_starting_spark(tmp_path: Path) -
     for command, result in refused.items():
         assert "starting Spark" not in result.stderr, command
         assert "Traceback" not in result.stderr, command
+
+
+def test_status_and_the_cut_off_without_a_broker_say_so_in_one_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A stream job that ran before the broker went away: `status` gives its lag at the last
+    batch and says the broker did not answer; the kappa close's offset check says how to
+    start one. Neither prints librdkafka's log of each failed connection."""
+    from streamshift.control.cutoff import CloseRefused, topic_offsets_at
+    from streamshift.spec.settings import load_settings
+    from streamshift.store.heartbeat import heartbeat_path
+
+    nowhere = f"127.0.0.1:{free_port()}"
+    for layer, processed in (("stream", 40), ("batch", 7)):
+        beat = heartbeat_path(tmp_path, "trades", layer)
+        beat.parent.mkdir(parents=True, exist_ok=True)
+        beat.write_text(
+            json.dumps(
+                {
+                    "flow": "trades",
+                    "layer": layer,
+                    "state": "stopped",
+                    "last_batch_id": 3,
+                    "last_batch_at": "2026-11-20T10:00:00+00:00",
+                    "processed_offsets": {"trades": {"0": processed}},
+                    "lag": 2,
+                }
+            )
+        )
+    result = _run(tmp_path, "status", kafka_bootstrap_servers=nowhere)
+    assert result.returncode == 3, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("trades/")]
+    assert len(lines) == 2, result.stdout
+    for line in lines:
+        assert line.endswith(
+            f"lag 2 events (at the last batch, Kafka at {nowhere} not answering: "
+            "the lag now is unknown)"
+        ), line
+    assert "rdkafka" not in result.stderr, result.stderr[:500]
+
+    settings = load_settings(
+        {"STREAMSHIFT_HOME": str(tmp_path), "STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS": nowhere}
+    )
+    with pytest.raises(CloseRefused) as refused:
+        topic_offsets_at(settings, "trades", dt.datetime(2026, 11, 20, 18, tzinfo=dt.UTC))
+    assert str(refused.value).startswith(
+        f"the cut-off needs the offsets of trades: cannot reach Kafka at {nowhere}"
+    )
+    assert "`streamshift kafka start`" in str(refused.value)
+    assert "rdkafka" not in capfd.readouterr().err
 
 
 def test_status_without_any_stream_job(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from streamshift.spec.flow import Flow
 from streamshift.spec.requests import CloseRequest
 from streamshift.spec.settings import Settings
 from streamshift.store.heartbeat import query_name, read_heartbeat
+from streamshift.store.kafka import client_config, unreachable
 
 STREAM_LAYER = "stream"
 
@@ -118,11 +119,7 @@ def topic_offsets_at(settings: Settings, topic: str, at: dt.datetime) -> dict[in
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     consumer = Consumer(
-        {
-            **settings.kafka_client_config(),
-            "group.id": "streamshift-close",
-            "enable.auto.commit": False,
-        }
+        client_config(settings, **{"group.id": "streamshift-close", "enable.auto.commit": False})
     )
     try:
         metadata = consumer.list_topics(topic, timeout=10)
@@ -145,8 +142,7 @@ def topic_offsets_at(settings: Settings, topic: str, at: dt.datetime) -> dict[in
         return out
     except KafkaException as exc:
         raise CloseRefused(
-            f"cannot read {topic}'s offsets from {settings.kafka_bootstrap_servers} ({exc}); start the "
-            "broker (streamshift kafka up) and try again"
+            f"the cut-off needs the offsets of {topic}: {unreachable(settings, exc)}"
         ) from None
     finally:
         consumer.close()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.settings import KIT_JARS, Settings
+from streamshift.store.kafka import QUIET
 from streamshift.store.processes import pid_alive, port_open, tail, terminate
 
 
@@ -218,7 +219,7 @@ class LocalBroker:
         from confluent_kafka.admin import AdminClient
 
         try:
-            admin = AdminClient({"bootstrap.servers": self.bootstrap})
+            admin = AdminClient({"bootstrap.servers": self.bootstrap, **QUIET})
             metadata = admin.list_topics(timeout=2)
             return bool(metadata.brokers)
         except Exception:  # noqa: BLE001 - any failure means "not ready yet"

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from streamshift.store.kafka import client_config
 from streamshift.store.processes import same_process
 
 
@@ -141,6 +142,7 @@ class StreamStatus:
     running: bool
     beat: dict[str, Any]
     lag_now: int | None = None  # from the broker's end offsets, when it answers
+    broker: str | None = None  # why the broker was not asked or did not answer
     failing: str | None = None  # the supervisor backs off restarting a crash-looping job
 
     def describe(self) -> str:
@@ -172,7 +174,10 @@ class StreamStatus:
             parts.append(f"lag {self.lag_now} events (broker end offsets now)")
         else:
             lag = b.get("lag")
-            parts.append(f"lag {lag if lag is not None else 'unknown'} events (at the last batch)")
+            broker = f", {self.broker}" if self.broker else ""
+            parts.append(
+                f"lag {lag if lag is not None else 'unknown'} events (at the last batch{broker})"
+            )
         q = b.get("quality")
         if q and q.get("error"):
             parts.append(f"data quality of batch {q['batch_id']} not checked: {q['error']}")
@@ -194,19 +199,20 @@ def _seconds_since(stamp: str | None) -> str:
     return f"{age:.0f}s ago"
 
 
+class BrokerSilent(Exception):
+    """The brokers did not answer a status question; the message says where they were asked."""
+
+
 def broker_lag(settings, beat: dict[str, Any]) -> int | None:  # type: ignore[no-untyped-def]
-    """Events on the broker not yet processed: end offsets now minus the last processed ones."""
+    """Events on the broker not yet processed: end offsets now minus the last processed ones
+    (None before the job processed any). :class:`BrokerSilent` when no broker answers."""
     processed = beat.get("processed_offsets") or {}
     if not processed:
         return None
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     consumer = Consumer(
-        {
-            **settings.kafka_client_config(),
-            "group.id": "streamshift-status",
-            "enable.auto.commit": False,
-        }
+        client_config(settings, **{"group.id": "streamshift-status", "enable.auto.commit": False})
     )
     try:
         latest = {
@@ -216,8 +222,10 @@ def broker_lag(settings, beat: dict[str, Any]) -> int | None:  # type: ignore[no
             }
             for topic, parts in processed.items()
         }
-    except KafkaException:
-        return None
+    except KafkaException as exc:
+        raise BrokerSilent(
+            f"Kafka at {settings.kafka_bootstrap_servers} not answering: the lag now is unknown"
+        ) from exc
     finally:
         consumer.close()
     return offsets_lag(latest, processed)
@@ -227,14 +235,22 @@ def read_status(home: Path, settings=None) -> list[StreamStatus]:  # type: ignor
     """Every stream job that ever wrote a heartbeat under ``home``; with ``settings``, also
     its lag against the broker's end offsets now."""
     statuses = []
+    silent: str | None = None  # a broker that did not answer is not asked again
     for path in sorted(status_dir(home).glob("*.json")):
         try:
             beat = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             continue
         running = beat.get("state") == "running" and process_of(beat)
-        lag_now = broker_lag(settings, beat) if settings is not None else None
+        lag_now = None
+        if settings is not None and silent is None:
+            try:
+                lag_now = broker_lag(settings, beat)
+            except BrokerSilent as exc:
+                silent = str(exc)
         flow, layer = beat.get("flow", "?"), beat.get("layer", "?")
         failing = read_restarts(home, flow, layer).get("failing")
-        statuses.append(StreamStatus(flow, layer, running, beat, lag_now, failing))
+        statuses.append(
+            StreamStatus(flow, layer, running, beat, lag_now, failing=failing, broker=silent)
+        )
     return statuses

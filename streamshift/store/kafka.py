@@ -13,12 +13,22 @@ class KafkaUnreachable(StreamshiftError):
     """The brokers did not answer; the message says how to start or point at them."""
 
 
+# librdkafka logs each failed connection attempt (about every 50 ms) to stderr. The kit's
+# short-lived clients (the CLI's, the page's) log only what is critical: an unreachable broker
+# surfaces as the caller's one-line error.
+QUIET = {"log_level": 2}
+
+
+def client_config(settings: Settings, **extra: Any) -> dict[str, Any]:
+    """librdkafka settings for a short-lived client of the kit: the brokers and security
+    options from settings, quiet logging, and ``extra``."""
+    return {**settings.kafka_client_config(), **QUIET, **extra}
+
+
 def admin_client(settings: Settings):  # type: ignore[no-untyped-def]
     from confluent_kafka.admin import AdminClient
 
-    # Unreachable brokers surface as the caller's error, not as a log line every 50 ms.
-    config: dict[str, Any] = {**settings.kafka_client_config(), "log_level": 2}
-    return AdminClient(config)
+    return AdminClient(client_config(settings))
 
 
 def ensure_topic(
@@ -67,8 +77,11 @@ def ensure_topics(settings: Settings, *names: str, compacted: Collection[str] = 
 
 def unreachable(settings: Settings, exc: Exception) -> str:
     """What to say when the brokers do not answer."""
+    error: Any = exc.args[0] if exc.args else exc
+    # A KafkaError's own words ("Failed to get metadata: Local: Broker transport failure").
+    said = error.str() if callable(getattr(error, "str", None)) else str(error)
     return (
-        f"cannot reach Kafka at {settings.kafka_bootstrap_servers} ({exc.args[0]}); start the "
+        f"cannot reach Kafka at {settings.kafka_bootstrap_servers} ({said}); start the "
         "local broker with `streamshift kafka start` or set STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS"
     )
 

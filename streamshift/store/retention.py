@@ -10,7 +10,7 @@ from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.flow import Flow
 from streamshift.spec.settings import Settings
 from streamshift.store.events import topic_for
-from streamshift.store.kafka import unreachable
+from streamshift.store.kafka import client_config, unreachable
 
 
 class ReplayRefused(StreamshiftError):
@@ -36,11 +36,9 @@ def retained(settings: Settings, topic: str) -> list[RetainedRange]:
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     consumer = Consumer(
-        {
-            **settings.kafka_client_config(),
-            "group.id": "streamshift-replay-check",
-            "enable.auto.commit": False,
-        }
+        client_config(
+            settings, **{"group.id": "streamshift-replay-check", "enable.auto.commit": False}
+        )
     )
     try:
         try:
