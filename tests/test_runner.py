@@ -272,3 +272,6 @@ def test_a_job_from_another_project_runs_that_projects_flows(tmp_path: Path) -> 
                          "--format", "csv", env=env, cwd=project)  # fmt: skip
     rules = {row["rule"] for row in csv.DictReader(quarantine.stdout.splitlines())}
     assert rules == {"known_merchant", "below_100"}, quarantine.stdout
+    # the rule beside the row's reference, the wide raw record last
+    header = quarantine.stdout.splitlines()[0].split(",")
+    assert header[header.index("source_ref") + 1] == "rule" and header[-1] == "raw_payload", header

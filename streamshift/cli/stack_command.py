@@ -8,6 +8,7 @@ builds every group's parsers, so a group's import stays as light as ``spec/``.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -41,13 +42,14 @@ def _cmd_init(args: argparse.Namespace) -> int:
 
     written = init_project(args.folder, args.name)
     print(f"wrote a streamshift project in {args.folder} ({len(written)} files). Next:")
-    print(f"  cd {args.folder} && pytest tests    # the example flow through the write path")
+    here = Path(args.folder).resolve() == Path.cwd().resolve()
+    cd = "" if here else f"cd {shlex.quote(str(args.folder))} && "
+    print(f"  {cd}pytest tests    # the example flow through the write path")
     print("  streamshift demo --flow payments    # the example end to end on the local stack")
     return 0
 
 
 def _cmd_submit_args(args: argparse.Namespace) -> int:
-    import shlex
 
     from streamshift.engine.spark import submit_args
 

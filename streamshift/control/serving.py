@@ -29,6 +29,10 @@ from streamshift.store.versions import live_tables
 SPECIAL_VIEWS = ("current", "quarantine", "late_events")
 
 
+# The quarantine's raw record (``QUARANTINE_SCHEMA``), shown last: it is the widest column.
+RAW_PAYLOAD = "raw_payload"
+
+
 class UnknownViewError(StreamshiftError):
     final = True
 
@@ -109,6 +113,8 @@ def view_rows(
     if data is None:  # never written: no rows
         return Rows([], [])
     data = data.drop_columns([c for c in drop if c in data.column_names])
+    if RAW_PAYLOAD in data.column_names:  # the rule beside the row's reference
+        data = data.select([c for c in data.column_names if c != RAW_PAYLOAD] + [RAW_PAYLOAD])
     if limit:
         data = data.slice(0, limit)
     return Rows(data.column_names, [tuple(r.values()) for r in data.to_pylist()])
