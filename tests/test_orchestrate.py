@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -212,6 +213,18 @@ def test_a_request_on_the_command_line_is_checked_like_its_command(tmp_path: Pat
     bad = run_cli(tmp_path, "request", '{"kind": "vacuum", "flow": "trades"}')
     assert bad.returncode == 2 and "not a job request" in bad.stderr
     assert "streamshift request --help" in bad.stderr
+    # A misspelt field is refused, never ignored (the load would run with its default).
+    load = json.loads(EodRequest("trades", DAY, tmp_path / "f.csv").to_json())
+    misspelt = run_cli(tmp_path, "request", json.dumps({**load, "replce": True}))
+    assert misspelt.returncode == 2, misspelt.stderr
+    assert "the eod request has no field replce (its fields: flow, business_date" in misspelt.stderr
+    for broken, said in (
+        ({k: v for k, v in load.items() if k != "file"}, "the eod request needs file"),
+        ({**load, "business_date": "2026-11-31"}, "business_date '2026-11-31' is not in ISO form"),
+        ([load], "a JSON object is needed, not list"),
+    ):
+        with pytest.raises((TypeError, ValueError), match=re.escape(said)):
+            JobRequest.from_json(json.dumps(broken))
     nothing = QualityRequest("trades", DAY, "batch")  # an empty warehouse: refused at once
     refused = run_cli(tmp_path, "request", nothing.to_json())
     assert refused.returncode == 2, refused.stderr

@@ -51,26 +51,49 @@ class JobRequest:
 
     @staticmethod
     def from_json(text: str) -> JobRequest:
-        data: dict[str, Any] = json.loads(text)
+        """The request ``text`` holds; :class:`ValueError` saying what is wrong with it (a
+        field it lacks, one its kind does not have: a misspelt field is refused, never
+        ignored)."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise TypeError(f"a JSON object is needed, not {type(data).__name__}")
         kind = data.pop("kind", None)
         if kind not in _KINDS:
-            raise ValueError(f"not a job request: kind {kind!r} (known: {', '.join(_KINDS)})")
+            raise ValueError(f"kind {kind!r} is none of {', '.join(_KINDS)}")
         cls = _KINDS[kind]
+        fields = dataclasses.fields(cls)
+        names = [f.name for f in fields]
+        unknown = sorted(set(data) - set(names))
+        if unknown:
+            raise ValueError(
+                f"the {kind} request has no field {', '.join(unknown)} (its fields: {', '.join(names)})"
+            )
+        lacking = [
+            f.name
+            for f in fields
+            if f.name not in data
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+        ]
+        if lacking:
+            raise ValueError(f"the {kind} request needs {', '.join(lacking)}")
         hints = typing.get_type_hints(cls)
         values = {}
-        for f in dataclasses.fields(cls):
-            if f.name not in data:
-                continue
-            value, hint = data[f.name], str(hints[f.name])
-            if value is not None and "datetime.datetime" in hint:
-                value = dt.datetime.fromisoformat(value)
-            elif value is not None and "datetime.date" in hint:
-                value = dt.date.fromisoformat(value)
-            elif value is not None and "Path" in hint:
+        for name, value in data.items():
+            hint = str(hints[name])
+            try:
+                if value is not None and "datetime.datetime" in hint:
+                    value = dt.datetime.fromisoformat(value)
+                elif value is not None and "datetime.date" in hint:
+                    value = dt.date.fromisoformat(value)
+            except (TypeError, ValueError):
+                form = "YYYY-MM-DDTHH:MM" if "datetime.datetime" in hint else "YYYY-MM-DD"
+                raise ValueError(f"{name} {value!r} is not in ISO form ({form})") from None
+            if value is not None and "Path" in hint:
                 value = Path(value)
             elif isinstance(value, list):
                 value = tuple(value)
-            values[f.name] = value
+            values[name] = value
         return cls(**values)
 
 
