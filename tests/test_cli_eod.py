@@ -120,6 +120,7 @@ def test_generate_load_show_and_a_bad_file(tmp_path: Path) -> None:
     assert failed.returncode == 2
     assert f"{bad}, line 1: wrong delimiter" in failed.stderr
     assert "Traceback" not in failed.stderr
+    assert "starting Spark" not in failed.stderr  # refused before a session starts
 
     missing = _run(tmp_path, "eod", "--flow", "trades", "--date", DAY, "--file", "nope.csv")
     assert missing.returncode == 2 and "not found" in missing.stderr

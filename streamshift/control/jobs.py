@@ -40,7 +40,7 @@ from streamshift.spec.requests import (
     SwitchRequest,
 )
 from streamshift.spec.settings import Settings
-from streamshift.store.eodfile import wait_until_complete
+from streamshift.store.eodfile import check_file, wait_until_complete
 from streamshift.store.quality import datasets, holds_nothing, nothing_to_validate, wanted_datasets
 from streamshift.store.records import current_stage
 from streamshift.store.retention import replay_topic
@@ -126,6 +126,9 @@ def check_eod(context: JobContext, request: EodRequest) -> None:
     wait_until_complete(
         request.file, context.flow, context.settings.file_stable_seconds, say_progress
     )
+    # A file that cannot be the flow's (its header, delimiter, a cut-off last line) is refused
+    # here, before a Spark session starts; the job checks it again as it reads it.
+    check_file(request.file, context.flow, whole_day=request.replace)
 
 
 def check_reconcile(context: JobContext, request: ReconcileRequest) -> None:
