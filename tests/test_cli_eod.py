@@ -121,6 +121,10 @@ def test_generate_load_show_and_a_bad_file(tmp_path: Path) -> None:
     assert f"{bad}, line 1: wrong delimiter" in failed.stderr
     assert "Traceback" not in failed.stderr
     assert "starting Spark" not in failed.stderr  # refused before a session starts
+    against = _run(tmp_path, "reconcile", "--flow", "trades", "--date", DAY, "--eod-file", str(bad))
+    assert against.returncode == 2, against.stderr
+    assert f"{bad}, line 1: wrong delimiter" in against.stderr
+    assert "starting Spark" not in against.stderr
 
     missing = _run(tmp_path, "eod", "--flow", "trades", "--date", DAY, "--file", "nope.csv")
     assert missing.returncode == 2 and "not found" in missing.stderr

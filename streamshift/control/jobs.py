@@ -142,6 +142,8 @@ def check_reconcile(context: JobContext, request: ReconcileRequest) -> None:
             wait_until_complete(
                 path, context.flow, context.settings.file_stable_seconds, say_progress
             )
+    if request.eod_file is not None:  # the flow's file: refused before a session starts
+        check_file(request.eod_file, context.flow, whole_day=request.replace)
     now = context.stage
     if request.correct and (request.eod_file is None or not now.corrects):
         raise ReconcileError(
