@@ -650,3 +650,17 @@ def test_upkeep_keeps_the_live_version_the_pending_one_and_those_left_recently()
         ("v2/f", 2), ("v3/f", 3), ("v5/f", 5)
     ]  # fmt: skip
     assert ("v4/f", 4) in expired_roots(back, week, t0 + dt.timedelta(days=19))
+
+
+def test_a_plan_says_what_it_compares_the_code_with() -> None:
+    """Before any write there is no recorded version to compare with: the plan says so, and
+    what records one, instead of 'no change since nothing recorded'."""
+    from streamshift.control.plan import Plan
+
+    assert Plan("payments", "batch", None, ()).describe() == (
+        "payments, batch layer: no version recorded yet (its first write records the code on "
+        "disk as version 1)"
+    )
+    assert Plan("payments", "batch", 2, ()).describe() == (
+        "payments, batch layer: no change since version 2"
+    )

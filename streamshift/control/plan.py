@@ -87,6 +87,11 @@ class Plan:
 
     def describe(self) -> str:
         since = f"version {self.deployed}" if self.deployed else "nothing recorded"
+        if not self.changes and not self.deployed:
+            return (
+                f"{self.flow}, {self.layer} layer: no version recorded yet (its first write "
+                "records the code on disk as version 1)"
+            )
         if not self.changes:
             return f"{self.flow}, {self.layer} layer: no change since {since}"
         lines = [f"{self.flow}, {self.layer} layer: {len(self.changes)} changes since {since}"]
