@@ -315,6 +315,15 @@ def test_rest_trigger_bad_params_and_a_backfill_side_by_side(spark, airflow_stac
     assert states["load_eod_file"] == "upstream_failed"  # no Spark job started
     refused = "/api/v2/assets/events?source_dag_id=eod_trades&source_run_id=symlink-out"
     assert client.get(refused)["asset_events"] == []  # nothing published
+    # A misspelt param passes Airflow (it keeps conf keys that name no param); left alone, the
+    # run would load its own logical date's file. The first task refuses it, naming the params.
+    client.trigger("eod_trades", {"busines_date": str(REST_DAY)}, run_id="misspelt")
+    run = client.wait_for_run("eod_trades", "misspelt", timeout=300, progress=False)
+    states = client.task_states("eod_trades", "misspelt")
+    assert run["state"] == "failed" and states["resolve_inputs"] == "failed"
+    assert states["load_eod_file"] == "upstream_failed"
+    logged = client.task_log("eod_trades", "misspelt", "resolve_inputs")
+    assert "unknown param 'busines_date': eod_trades takes business_date, mode, file" in logged
 
     client.trigger("eod_trades", {"business_date": str(REST_DAY)}, run_id="rest-day")
     # As a user backfills: `streamshift airflow cli backfill create ...` on the running stack,

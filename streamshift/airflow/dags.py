@@ -194,6 +194,16 @@ def _no_retry_on(*errors: type[Exception]) -> Iterator[None]:
         raise AirflowFailException(str(exc)) from exc
 
 
+def _run_params(context: Any) -> dict[str, Any]:
+    """The run's params, each one the DAG declares (a misspelt conf key fails the run at once,
+    naming the DAG's params)."""
+    params = dict(context["params"])
+    dag = context["dag"]
+    with _no_retry_on(T.InputError):
+        T.refuse_unknown_params(dag.dag_id, params, dag.params.keys())
+    return params
+
+
 def _logical_day() -> dt.date:
     context = get_current_context()
     logical = context.get("logical_date") or context["dag_run"].run_after
@@ -586,7 +596,7 @@ as `changed_by`; a rejection fails the run, recorded. The Migration page trigger
         def check_gate() -> str:
 
             context = get_current_context()
-            params = context["params"]
+            params = _run_params(context)
             user = context["dag_run"].triggering_user_name or OWNER
             force, reason = bool(params.get("force")), params.get("reason")
             with _no_retry_on(T.ForceRefused):
@@ -632,7 +642,7 @@ layers and records the new version (docs/flows.md, "Changing a flow").
 
         @task(doc_md="The plan job's request for the flow asked for.")
         def which_flow() -> str:
-            return PlanRequest(get_current_context()["params"]["flow"]).to_json()
+            return PlanRequest(_run_params(get_current_context())["flow"]).to_json()
 
         flow = which_flow()
         planned = engine_task(
@@ -674,7 +684,7 @@ switches both layers in one commit (docs/flows.md, "Changing a flow").
         @task(doc_md="The switch job's request, once the version is known to exist.")
         def which_version() -> str:
             context = get_current_context()
-            params = context["params"]
+            params = _run_params(context)
             user = context["dag_run"].triggering_user_name or OWNER
             found = recorded_version(_settings().warehouse, params["flow"], int(params["version"]))
             if not found:
@@ -735,7 +745,7 @@ with the rules they fail now. A second run applies nothing twice (`control/redri
             from collections import Counter
 
             context = get_current_context()
-            params, settings = context["params"], _settings()
+            params, settings = _run_params(context), _settings()
             flow = get_flow(params["flow"])
             layer = params.get("layer") or default_layer(settings, flow.name)
             day = params.get("business_date")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,8 @@ from streamshift.store.quality import Check, QualityError, QualityRun, datasets,
 from streamshift.store.records import quality_run_rows
 
 MODES = ("delta", "replace")
+# The params of ``eod_<flow>`` (streamshift.airflow.dags).
+EOD_PARAMS = ("business_date", "mode", "file")
 # Spark jobs queue for this pool's slots (one on the local stack: two cores); runs waiting for
 # their files hold none, so a backfill never waits behind today's sensor.
 # The JSON-schema pattern of the ``file`` param: relative, no '..' segment.
@@ -70,11 +73,24 @@ def business_date_of(param: str | None, logical_date: dt.date) -> str:
         raise InputError(f"business_date {text!r} is not a date; use YYYY-MM-DD") from None
 
 
+def refuse_unknown_params(dag_id: str, params: Mapping[str, Any], known: Iterable[str]) -> None:
+    """:class:`InputError` when a run's params hold a key the DAG does not declare. Airflow
+    keeps a trigger's conf keys that name no param: a misspelt one would leave its param at
+    the default (the run's own date, the first flow) and the run would act on that silently."""
+    names = list(known)
+    unknown = sorted(set(params) - set(names))
+    if unknown:
+        raise InputError(
+            f"unknown param {', '.join(map(repr, unknown))}: {dag_id} takes {', '.join(names)}"
+        )
+
+
 def resolve_inputs(
     settings: Settings, flow: str, params: dict[str, Any], logical_date: dt.date, stage: str
 ) -> dict[str, Any]:
     """Everything the run's later tasks need, decided once: date, mode, file, stage, the
     Spark jobs' arguments. Raises :class:`InputError` before any Spark job starts."""
+    refuse_unknown_params(f"eod_{flow}", params, EOD_PARAMS)
     business_date = business_date_of(params.get("business_date"), logical_date)
     mode = params.get("mode") or "delta"
     if mode not in MODES:
