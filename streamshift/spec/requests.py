@@ -53,7 +53,7 @@ class JobRequest:
     def from_json(text: str) -> JobRequest:
         """The request ``text`` holds; :class:`ValueError` saying what is wrong with it (a
         field it lacks, one its kind does not have: a misspelt field is refused, never
-        ignored)."""
+        ignored), :class:`TypeError` for JSON that is not an object."""
         data = json.loads(text)
         if not isinstance(data, dict):
             raise TypeError(f"a JSON object is needed, not {type(data).__name__}")

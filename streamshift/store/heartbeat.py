@@ -142,8 +142,8 @@ class StreamStatus:
     running: bool
     beat: dict[str, Any]
     lag_now: int | None = None  # from the broker's end offsets, when it answers
-    broker: str | None = None  # why the broker was not asked or did not answer
     failing: str | None = None  # the supervisor backs off restarting a crash-looping job
+    broker: str | None = None  # why the lag now is unknown (the broker did not answer)
 
     def describe(self) -> str:
         b = self.beat
