@@ -140,6 +140,8 @@ def test_generate_load_show_and_a_bad_file(tmp_path: Path) -> None:
 
     unknown = _run(tmp_path, "show", "--flow", "trades", "--view", "pnl")
     assert unknown.returncode == 2 and "no view 'pnl'" in unknown.stderr
+    negative = _run(tmp_path, "show", "--flow", "trades", "--view", "positions", "--limit", "-1")
+    assert negative.returncode == 2 and "--limit -1: give 0 (every row)" in negative.stderr
 
     # Data quality of a date the layer does not hold, or of a dataset with no suite: refused
     # before Spark starts, saying what to do. The date it holds is not refused.

@@ -214,3 +214,20 @@ def test_a_replacements_cancel_ranks_below_a_real_event_of_its_version_in_a_trac
     real_first = [row(1, "eod", 1, "a.csv:2"), row(2, "kafka", 2, "t:0:5"),
                   row(2, "replacement", 3, "r.csv:0"), row(1, "kafka", 4, "t:0:6")]  # fmt: skip
     assert outcomes(TRADES, real_first) == ["applied", "applied", "stale", "stale"]
+
+
+def test_a_group_names_every_column_of_the_views_group() -> None:
+    """``--group`` names each group column but the date; the refusal names what is missing
+    and what the view does not have, both at once."""
+    from streamshift.control.explain import ExplainError, parse_group
+    from streamshift.spec.registry import get_flow
+
+    flow = get_flow("trades")
+    view = flow.view("positions")
+    given = parse_group(view, flow.business_date, "book=EQ-US-FLOW, instrument=AAPL")
+    assert given == {"book": "EQ-US-FLOW", "instrument": "AAPL"}
+    with pytest.raises(ExplainError) as refused:
+        parse_group(view, flow.business_date, "bok=EQ-US-FLOW,instrument=AAPL")
+    assert str(refused.value) == (
+        "--group must name book, instrument of view positions (missing: book; unknown: bok)"
+    )

@@ -31,6 +31,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
     from streamshift.control.serving import held_dates, serving_view_rows, show, view_rows
     from streamshift.spec.registry import get_flow
 
+    if args.limit < 0:
+        raise UserError(f"--limit {args.limit}: give 0 (every row) or a positive number")
     settings, flow = load_settings(), get_flow(args.flow)
     if args.layer == "serving":
         result = serving_view_rows(settings, flow, args.view, args.date, args.limit)

@@ -91,13 +91,13 @@ def parse_group(view: View, business_date_column: str, text: str) -> dict[str, s
         given[name.strip()] = value.strip()
     missing, unknown = [c for c in wanted if c not in given], [c for c in given if c not in wanted]
     if missing or unknown:
+        said = [
+            f"{what}: {', '.join(names)}"
+            for what, names in (("missing", missing), ("unknown", unknown))
+            if names
+        ]
         raise ExplainError(
-            f"--group must name {', '.join(wanted)} of view {view.name} "
-            + (
-                f"(missing: {', '.join(missing)})"
-                if missing
-                else f"(unknown: {', '.join(unknown)})"
-            )
+            f"--group must name {', '.join(wanted)} of view {view.name} ({'; '.join(said)})"
         )
     return given
 
