@@ -109,8 +109,10 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--flow", required=True)
     p.add_argument("--date", required=True, type=date_arg)
     p.add_argument("--rows", required=True, type=int, help="rows in the day's EOD file")
-    p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--out", required=True, type=Path, help="the folder to write the files into (made if new)"
+    )
+    p.add_argument("--seed", type=int, default=1, help="the same seed writes the same files")
     p.set_defaults(handler=_cmd_generate)
 
     p = sub.add_parser(
