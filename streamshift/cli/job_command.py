@@ -262,14 +262,16 @@ def add_commands(sub: Any) -> None:
     )
     p.add_argument("--flow", required=True)
     p.add_argument("--date", required=True, type=date_arg, help="business date YYYY-MM-DD")
-    p.add_argument("--file", required=True, type=Path)
+    p.add_argument("--file", required=True, type=Path, help="the EOD file (CSV with a header)")
     p.add_argument("--replace", action="store_true", help="the file is the whole day")
     p.add_argument(
         "--mode",
         choices=["delta", "replace"],
         help="the same as a flag: delta (default) or replace (the same as --replace)",
     )
-    p.add_argument("--layer", choices=["batch", "stream"], default="batch")
+    p.add_argument(
+        "--layer", choices=["batch", "stream"], default="batch", help="the layer to load into"
+    )
     add_quality_run(p, "the day")
     p.set_defaults(handler=_cmd_eod)
 
@@ -286,7 +288,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--against", type=Path, help="external view file, e.g. clearing positions")
     p.add_argument("--eod-file", type=Path, help="the day's EOD file")
     p.add_argument("--no-parity", action="store_true", help="skip stream vs batch")
-    p.add_argument("--fail-on-breaks", action="store_true")
+    p.add_argument("--fail-on-breaks", action="store_true", help="exit 1 when a break is found")
     p.add_argument(
         "--correct",
         action="store_true",
@@ -350,7 +352,9 @@ def add_commands(sub: Any) -> None:
         "--from", required=True, type=timestamp_arg, help="ISO timestamp (UTC if no zone)"
     )
     p.add_argument("--to", required=True, type=timestamp_arg, help="ISO timestamp, exclusive")
-    p.add_argument("--into", required=True, choices=["batch", "stream"])
+    p.add_argument(
+        "--into", required=True, choices=["batch", "stream"], help="the layer to write again"
+    )
     p.add_argument("--topic", help="topic (default: the flow's name)")
     p.set_defaults(handler=_cmd_replay)
 
@@ -373,7 +377,9 @@ def add_commands(sub: Any) -> None:
         "or an earlier one to roll back to); the code on disk must be that version's. Waits "
         "for a second user in the streamshift_switch DAG unless --force --reason",
     )
-    p.add_argument("--force", action="store_true")
+    p.add_argument(
+        "--force", action="store_true", help="past the gate and the approval (admins; --reason)"
+    )
     p.add_argument("--reason", help="why (required with --force)")
     p.add_argument(
         "--by",
@@ -396,7 +402,9 @@ def add_commands(sub: Any) -> None:
     )
     p.add_argument("--flow", required=True)
     p.add_argument("--date", required=True, type=date_arg, help="business date YYYY-MM-DD")
-    p.add_argument("--layer", choices=["batch", "stream"], default="batch")
+    p.add_argument(
+        "--layer", choices=["batch", "stream"], default="batch", help="the layer to validate"
+    )
     p.add_argument("--file", type=Path, help="the day's EOD file, for the raw-file suite")
     p.add_argument(
         "--dataset",

@@ -244,7 +244,9 @@ def add_commands(sub: Any) -> None:
         default="batch",
         help="serving: what readers get in the flow's migration stage",
     )
-    p.add_argument("--format", choices=["table", "csv"], default="table")
+    p.add_argument(
+        "--format", choices=["table", "csv"], default="table", help="csv: for other tools"
+    )
     p.add_argument("--limit", type=int, default=0, help="at most this many rows (0: all)")
     p.set_defaults(handler=_cmd_show)
 
@@ -264,7 +266,9 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--flow", required=True)
     p.add_argument("--key", required=True, help="a value of the flow's key column")
     serving_layer_argument(p)
-    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.add_argument(
+        "--format", choices=["table", "json"], default="table", help="json: for other tools"
+    )
     p.set_defaults(handler=_cmd_trace)
 
     p = sub.add_parser(
@@ -286,7 +290,9 @@ def add_commands(sub: Any) -> None:
         help="the group's other columns, col=value,... (e.g. book=EQ-1,instrument=AAPL)",
     )
     serving_layer_argument(p)
-    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.add_argument(
+        "--format", choices=["table", "json"], default="table", help="json: for other tools"
+    )
     p.add_argument("--changes", type=int, default=20, help="at most this many changes (0: all)")
     p.add_argument("--skip", type=int, default=0, help="skip the newest N changes (paging)")
     p.set_defaults(handler=_cmd_explain)

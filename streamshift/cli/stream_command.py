@@ -123,7 +123,7 @@ def add_commands(sub: Any) -> None:
         "not acknowledged.",
     )
     p.add_argument("--flow", required=True)
-    p.add_argument("--file", required=True, type=Path)
+    p.add_argument("--file", required=True, type=Path, help="an EOD-format CSV: one event per row")
     p.add_argument(
         "--rate", type=float, default=0.0, help="events per second (default 0: as fast as possible)"
     )
@@ -139,7 +139,9 @@ def add_commands(sub: Any) -> None:
         "STREAMSHIFT_HOME/checkpoints; SIGTERM or Ctrl-C finishes the batch in flight and stops.",
     )
     p.add_argument("--flow", required=True)
-    p.add_argument("--layer", choices=["batch", "stream"], default="stream")
+    p.add_argument(
+        "--layer", choices=["batch", "stream"], default="stream", help="the layer it writes"
+    )
     trigger_options(p)
     p.add_argument("--topic", help="topic (default: the flow's name)")
     p.set_defaults(handler=_cmd_stream)
