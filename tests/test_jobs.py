@@ -42,6 +42,8 @@ def test_checks_refuse_without_a_jvm_and_the_context_reads_the_stage_once(tmp_pa
         check(settings, EodRequest("trades", day, tmp_path / "missing.csv"))
     with pytest.raises(RequestRefused, match="--replace goes with --correct"):
         check(settings, ReconcileRequest("trades", day, replace=True))
+    with pytest.raises(RequestRefused, match="nothing to reconcile: with --no-parity, give"):
+        check(settings, ReconcileRequest("trades", day, parity=False))
     context = check(settings, ReconcileRequest("trades", day))
     assert isinstance(context, JobContext) and context.flow.name == "trades"
     assert context.stage.name == "batch"  # a new warehouse's flow is in the first stage

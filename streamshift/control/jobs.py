@@ -135,6 +135,11 @@ def check_reconcile(context: JobContext, request: ReconcileRequest) -> None:
     """The files exist and are complete, and ``correct`` fits the flow's stage."""
     if request.replace and not request.correct:
         raise RequestRefused("--replace goes with --correct (the EOD file replaces the whole day)")
+    if not request.parity and request.against is None and request.eod_file is None:
+        raise RequestRefused(
+            "nothing to reconcile: with --no-parity, give --against (an external view file) "
+            "or --eod-file (the day's EOD file)"
+        )
     for option, path in (("--against", request.against), ("--eod-file", request.eod_file)):
         if path is not None and not path.exists():
             raise ReconcileError(f"{option} {path}: file not found; pass an existing CSV file")
