@@ -22,7 +22,7 @@ from streamshift.spec.flow import Flow
 from streamshift.spec.requests import CloseRequest
 from streamshift.spec.settings import Settings
 from streamshift.store.heartbeat import query_name, read_heartbeat
-from streamshift.store.kafka import client_config, unreachable
+from streamshift.store.kafka import reader_config, unreachable
 
 STREAM_LAYER = "stream"
 
@@ -118,9 +118,7 @@ def topic_offsets_at(settings: Settings, topic: str, at: dt.datetime) -> dict[in
     or after ``at``, or the end offset when none is)."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    consumer = Consumer(
-        client_config(settings, **{"group.id": "streamshift-close", "enable.auto.commit": False})
-    )
+    consumer = Consumer(reader_config(settings, "streamshift-close"))
     try:
         metadata = consumer.list_topics(topic, timeout=10)
         info = metadata.topics.get(topic)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streamshift.store.kafka import client_config
+from streamshift.store.kafka import reader_config
 from streamshift.store.processes import same_process
 
 
@@ -211,9 +211,7 @@ def broker_lag(settings, beat: dict[str, Any]) -> int | None:  # type: ignore[no
         return None
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    consumer = Consumer(
-        client_config(settings, **{"group.id": "streamshift-status", "enable.auto.commit": False})
-    )
+    consumer = Consumer(reader_config(settings, "streamshift-status"))
     try:
         latest = {
             topic: {

@@ -25,6 +25,11 @@ def client_config(settings: Settings, **extra: Any) -> dict[str, Any]:
     return {**settings.kafka_client_config(), **QUIET, **extra}
 
 
+def reader_config(settings: Settings, group_id: str) -> dict[str, Any]:
+    """A short-lived consumer that reads offsets or messages and commits nothing."""
+    return client_config(settings, **{"group.id": group_id, "enable.auto.commit": False})
+
+
 def admin_client(settings: Settings):  # type: ignore[no-untyped-def]
     from confluent_kafka.admin import AdminClient
 

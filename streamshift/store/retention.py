@@ -10,7 +10,7 @@ from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.flow import Flow
 from streamshift.spec.settings import Settings
 from streamshift.store.events import topic_for
-from streamshift.store.kafka import client_config, unreachable
+from streamshift.store.kafka import reader_config, unreachable
 
 
 class ReplayRefused(StreamshiftError):
@@ -35,11 +35,7 @@ def retained(settings: Settings, topic: str) -> list[RetainedRange]:
     """Per partition: the retained offsets and the timestamp of the first retained event."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    consumer = Consumer(
-        client_config(
-            settings, **{"group.id": "streamshift-replay-check", "enable.auto.commit": False}
-        )
-    )
+    consumer = Consumer(reader_config(settings, "streamshift-replay-check"))
     try:
         try:
             meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
