@@ -260,10 +260,10 @@ class ResolveInputs(BaseOperator, SkipMixin):
 
     def execute(self, context: Any) -> None:
 
-        s = _settings()
+        s, params = _settings(), _run_params(context)
         with _no_retry_on(T.InputError):
             resolved = T.resolve_inputs(
-                s, self.flow, dict(context["params"]), _logical_day(), current_stage(s, self.flow)
+                s, self.flow, params, _logical_day(), current_stage(s, self.flow)
             )
         wait = "wait_for_eod_file" if resolved["waits_for_file"] else "wait_for_cut_off"
         taken = {wait, resolved["path"], *(["reconcile"] if resolved["reconcile"] else [])}

@@ -31,8 +31,6 @@ from streamshift.store.quality import Check, QualityError, QualityRun, datasets,
 from streamshift.store.records import quality_run_rows
 
 MODES = ("delta", "replace")
-# The params of ``eod_<flow>`` (streamshift.airflow.dags).
-EOD_PARAMS = ("business_date", "mode", "file")
 # Spark jobs queue for this pool's slots (one on the local stack: two cores); runs waiting for
 # their files hold none, so a backfill never waits behind today's sensor.
 # The JSON-schema pattern of the ``file`` param: relative, no '..' segment.
@@ -90,7 +88,6 @@ def resolve_inputs(
 ) -> dict[str, Any]:
     """Everything the run's later tasks need, decided once: date, mode, file, stage, the
     Spark jobs' arguments. Raises :class:`InputError` before any Spark job starts."""
-    refuse_unknown_params(f"eod_{flow}", params, EOD_PARAMS)
     business_date = business_date_of(params.get("business_date"), logical_date)
     mode = params.get("mode") or "delta"
     if mode not in MODES:
