@@ -112,6 +112,19 @@ def test_redrive_applies_what_the_fixed_reference_data_lets_through_once(
                    "--layer", "batch", reference_dir=str(feed))  # fmt: skip
     assert none.returncode == 0, none.stderr
     assert "nothing to re-drive in the batch layer's quarantine --rule known_book" in none.stdout
+    # A rule the quarantine holds no row under is refused, naming the rules it holds.
+    typo = run_cli(here.home, "redrive", "--flow", FLOW.name, "--rule", "known_bok",
+                   "--layer", "batch", reference_dir=str(feed))  # fmt: skip
+    assert typo.returncode != 0
+    assert (
+        typo.stderr.strip()
+        .splitlines()[-1]
+        .endswith(
+            "trades: the batch layer's quarantine holds no row under rule 'known_bok'; its rules: "
+            "known_book (1 row), known_side (1 row)"
+        )
+    ), typo.stderr
+    assert "starting Spark" not in typo.stderr
 
 
 @pytest.mark.kafka

@@ -38,6 +38,7 @@ from streamshift.airflow.approval import EvolveApproval, PromotionApproval, Swit
 from streamshift.airflow.engine_operator import EngineOperator
 from streamshift.airflow.waiting import CompleteFileSensor
 from streamshift.control.cutoff import check_cut_off
+from streamshift.control.jobs import RequestRefused, check
 from streamshift.control.report import write_report
 from streamshift.control.stages import PromotionRefused, check_promotion
 from streamshift.control.trace import default_layer
@@ -750,11 +751,14 @@ with the rules they fail now. A second run applies nothing twice (`control/redri
             layer = params.get("layer") or default_layer(settings, flow.name)
             day = params.get("business_date")
             day = dt.date.fromisoformat(day) if day else None
+            user = context["dag_run"].triggering_user_name or OWNER
+            request = RedriveRequest(flow.name, params.get("rule"), day, layer, user)
+            with _no_retry_on(RequestRefused):  # a rule the quarantine does not hold
+                check(settings, request)
             found = pending(settings, flow.name, layer, params.get("rule"), day)
             rules = Counter(q["rule"] for q in found)
             print(f"{len(found)} quarantined rows of the {layer} layer to try: {dict(rules)}")
-            user = context["dag_run"].triggering_user_name or OWNER
-            return RedriveRequest(flow.name, params.get("rule"), day, layer, user).to_json()
+            return request.to_json()
 
         engine_task(
             "redrive",

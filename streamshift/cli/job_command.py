@@ -116,24 +116,26 @@ def _cmd_close(args: argparse.Namespace) -> int:
 def _cmd_redrive(args: argparse.Namespace) -> int:
     from collections import Counter
 
+    from streamshift.control.jobs import check
     from streamshift.control.trace import default_layer
-    from streamshift.spec.registry import get_flow
     from streamshift.spec.requests import RedriveRequest
     from streamshift.store.quarantine import pending
 
-    settings, flow = load_settings(), get_flow(known_flow(args.flow))
-    layer = args.layer or default_layer(settings, flow.name)
-    found = pending(settings, flow.name, layer, args.rule, args.date)
+    settings, name = load_settings(), known_flow(args.flow)
+    layer = args.layer or default_layer(settings, name)
+    request = RedriveRequest(name, args.rule, args.date, layer, args.by)
+    check(settings, request)  # a rule the quarantine does not hold is refused, naming its rules
+    found = pending(settings, name, layer, args.rule, args.date)
     if not found:  # said without starting Spark
         scope = " ".join(f"--{k} {v}" for k, v in (("rule", args.rule), ("date", args.date)) if v)
         print(
-            f"{flow.name}: nothing to re-drive in the {layer} layer's quarantine {scope}".rstrip()
-            + f" (streamshift show --flow {flow.name} --view quarantine --layer {layer} lists it)"
+            f"{name}: nothing to re-drive in the {layer} layer's quarantine {scope}".rstrip()
+            + f" (streamshift show --flow {name} --view quarantine --layer {layer} lists it)"
         )
         return 0
     rules = ", ".join(f"{n} {r}" for r, n in sorted(Counter(q["rule"] for q in found).items()))
     print(f"[streamshift] re-driving {len(found)} quarantined rows ({rules})", file=sys.stderr)
-    return run_request(RedriveRequest(flow.name, args.rule, args.date, layer, args.by))
+    return run_request(request)
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:

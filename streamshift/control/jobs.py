@@ -42,6 +42,7 @@ from streamshift.spec.requests import (
 from streamshift.spec.settings import Settings
 from streamshift.store.eodfile import check_file, wait_until_complete
 from streamshift.store.quality import datasets, holds_nothing, nothing_to_validate, wanted_datasets
+from streamshift.store.quarantine import NOT_REDRIVEN, rules_held
 from streamshift.store.records import current_stage
 from streamshift.store.retention import replay_topic
 from streamshift.store.versions import recorded_version
@@ -206,6 +207,28 @@ def check_quality(context: JobContext, request: QualityRequest) -> None:
         raise nothing_to_validate(flow, day, layer)
 
 
+def check_redrive(context: JobContext, request: RedriveRequest) -> None:
+    """A rule the layer's quarantine holds no row under is refused, with the rules it holds: a
+    misspelt rule would otherwise pass as "nothing to re-drive"."""
+    if request.rule is None:
+        return
+    if request.rule in NOT_REDRIVEN:
+        raise RequestRefused(
+            f"rows quarantined under {request.rule} are never re-driven: the first delivery "
+            "of a version stays; correct the key with a new version instead"
+        )
+    layer = request.layer or ("stream" if context.stage.serves == "stream" else "batch")
+    held = rules_held(context.settings, context.flow.name, layer)
+    if request.rule not in held:
+        there = ", ".join(
+            f"{rule} ({n} row{'s' if n > 1 else ''})" for rule, n in sorted(held.items())
+        )
+        raise RequestRefused(
+            f"{context.flow.name}: the {layer} layer's quarantine holds no row under rule "
+            f"{request.rule!r}; " + (f"its rules: {there}" if there else "it holds no rows at all")
+        )
+
+
 def nothing_to_check(context: JobContext, request: JobRequest) -> None:
     """A job whose request has nothing to refuse before it runs (its flow is known)."""
 
@@ -244,7 +267,7 @@ JOBS: dict[type[JobRequest], Job] = {
         check_close, "streamshift.engine.jobs.close:run", validates=lambda r: ("stream", None)
     ),
     PromoteRequest: Job(check_promote, "streamshift.engine.jobs.promote:run"),
-    RedriveRequest: Job(nothing_to_check, "streamshift.engine.jobs.redrive:run"),
+    RedriveRequest: Job(check_redrive, "streamshift.engine.jobs.redrive:run"),
     ReplayRequest: Job(check_replay, "streamshift.engine.jobs.replay:run"),
     QualityRequest: Job(
         check_quality, "streamshift.engine.jobs.quality:run", verdict=quality_verdict

@@ -4,6 +4,7 @@ quarantined rows a re-drive would try (those no re-drive has applied yet)."""
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from streamshift.spec.catalog import ControlTables, quarantine_path
@@ -47,3 +48,10 @@ def pending(
         if q["rule"] not in NOT_REDRIVEN and q["source_ref"] not in done:
             found.setdefault(q["source_ref"], q)
     return list(found.values())
+
+
+def rules_held(settings: Settings, flow: str, layer: str) -> Counter[str]:
+    """The rules the layer's quarantine holds rows of ``flow`` under, with their row counts
+    (no JVM; none when nothing was ever quarantined)."""
+    path = quarantine_path(settings.warehouse, layer, live_root(settings.warehouse, flow, layer))
+    return Counter(r["rule"] for r in table_rows(path, ["rule"], where=[("flow", "=", flow)]))
