@@ -137,3 +137,72 @@ def test_status_without_any_stream_job(tmp_path: Path) -> None:
     assert down.returncode == 3
     assert down.stdout.startswith(f"engine: not answering at {silent}: ")
     assert "streamshift engine up" in down.stdout
+
+
+@pytest.mark.kafka
+def test_trace_and_explain_say_when_changes_wait_for_the_stream_job(
+    tmp_path: Path, kafka_broker: str
+) -> None:
+    """Where's my adjustment? A key the stream layer has not received, traced while events
+    on the topic wait for the stream job, gets a note saying how many (the broker's end
+    offsets against the job's heartbeat); a job that is not running is named as such; a job
+    that has caught up adds nothing."""
+    import os
+
+    from confluent_kafka import Producer
+
+    from streamshift.spec.settings import load_settings
+    from streamshift.store.heartbeat import heartbeat_path
+    from streamshift.store.kafka import ensure_topic
+    from streamshift.store.processes import process_start
+    from tests.stream_support import new_topic
+
+    topic = new_topic()
+    ensure_topic(load_settings({"STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS": kafka_broker}), topic, 1)
+    producer = Producer({"bootstrap.servers": kafka_broker})
+    for n in range(5):
+        producer.produce(topic, key=f"T{n}", value=b"{}", partition=0)
+    assert producer.flush(30) == 0
+    del producer  # closed: its connection does not outlive the test
+
+    def beat(state: str, processed: int) -> None:
+        path = heartbeat_path(tmp_path, "trades", "stream")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        alive = {"pid": os.getpid(), "pid_start": process_start(os.getpid())}
+        beat = {"flow": "trades", "layer": "stream", "state": state, **alive}
+        beat["processed_offsets"] = {topic: {"0": processed}}
+        path.write_text(json.dumps(beat))
+
+    def notes(*command: str) -> list[str]:
+        result = _run(tmp_path, *command, kafka_bootstrap_servers=kafka_broker)
+        assert result.returncode == 1, result.stdout + result.stderr
+        return [line for line in result.stdout.splitlines() if line.startswith("note: ")]
+
+    trace = ("trace", "--flow", "trades", "--key", "T4", "--layer", "stream")
+    explain = ("explain", "--flow", "trades", "--view", "positions", "--date", "2026-11-20",
+               "--group", "book=EQ-US-FLOW,instrument=AAPL", "--layer", "stream")  # fmt: skip
+    beat("running", 2)  # the job has applied offsets 0 and 1 of the five
+    waiting = "note: 3 events on the topic are not applied yet"
+    assert [n[: len(waiting)] for n in notes(*trace)] == [waiting]
+    assert [n[: len(waiting)] for n in notes(*explain)] == [waiting]
+    # `status` reads the same end offsets (a new consumer, asked at once: "Unknown partition"
+    # unless it reads the topic's metadata first, which it then took for a silent broker).
+    status = _run(tmp_path, "status", kafka_bootstrap_servers=kafka_broker)
+    assert "trades/stream: running" in status.stdout, status.stdout
+    assert "lag 3 events (broker end offsets now)" in status.stdout, status.stdout
+    beat("stopped", 2)
+    stopped = (
+        "note: the stream layer's stream job is not running (stopped): changes sent to its "
+        "topic since its last batch are not applied (streamshift status)"
+    )
+    assert notes(*trace) == [stopped]
+    beat("running", 5)
+    assert notes(*trace) == []
+
+    # A job whose topic is gone (the broker answers "unknown partition"): no note, and
+    # `status` gives the lag at the last batch without blaming the broker.
+    topic = new_topic()
+    beat("running", 2)
+    assert notes(*trace) == []
+    status = _run(tmp_path, "status", kafka_bootstrap_servers=kafka_broker)
+    assert "(at the last batch)" in status.stdout and "not answering" not in status.stdout

@@ -64,6 +64,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     from streamshift.control.trace import COLUMNS, default_layer, shown_ref, table_rows, trace
     from streamshift.spec.formatting import format_table, json_text
     from streamshift.spec.registry import get_flow
+    from streamshift.store.heartbeat import not_applied_yet
     from streamshift.store.versions import live_tables
 
     known_flow(args.flow)
@@ -72,34 +73,40 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     found = trace(flow, live_tables(settings.warehouse, flow, layer), args.key)
     if args.format == "json":
         print(json_text(found.as_json()))
-    elif not found.events:
+        return 0
+    waiting = not_applied_yet(settings, flow.name, layer)
+    if not found.events:
         print(
             f"{flow.name}: the {layer} layer has received nothing for key {args.key!r} "
             f"(quarantine included); check the key, or --layer "
             f"{'batch' if layer == 'stream' else 'stream'}"
         )
+        if waiting:
+            print(f"note: {waiting}")
         return 1
-    else:
-        now = found.current
-        state = (
-            "none"
-            if now is None
-            else f"version {now['version']}{' (deleted)' if now['deleted'] else ''} from "
-            f"{shown_ref(now)}"
-        )
-        print(f"{flow.name} key {args.key} in the {layer} layer: current {state}")
-        sys.stdout.write(format_table(COLUMNS, table_rows(found)))
+    now = found.current
+    state = (
+        "none"
+        if now is None
+        else f"version {now['version']}{' (deleted)' if now['deleted'] else ''} from "
+        f"{shown_ref(now)}"
+    )
+    print(f"{flow.name} key {args.key} in the {layer} layer: current {state}")
+    sys.stdout.write(format_table(COLUMNS, table_rows(found)))
+    if waiting:
+        print(f"note: {waiting}")
     return 0
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
     from streamshift.control import explain as ex
     from streamshift.spec.formatting import format_table, json_text
+    from streamshift.store.heartbeat import not_applied_yet
 
-    flow = known_flow(args.flow)
+    settings, flow = load_settings(), known_flow(args.flow)
     try:
         found = ex.explain_in(
-            load_settings(),
+            settings,
             flow,
             args.view,
             args.date,
@@ -115,6 +122,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         print(json_text(found.as_json()))
         return 0 if found.row or found.changes_total else 1
     named = ", ".join(f"{k}={v}" for k, v in found.group.items())
+    waiting = not_applied_yet(settings, flow, layer)
     if found.row is None and not found.changes_total:
         print(
             f"{flow}: view {view} of the {layer} layer has no row {named} and no "
@@ -122,6 +130,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             f"--view {view} --layer {layer}), or --layer "
             f"{'batch' if layer == 'stream' else 'stream'}"
         )
+        if waiting:
+            print(f"note: {waiting}")
         return 1
     state = "no row now (every member left)" if found.row is None else "its row:"
     print(f"{flow} view {view}, {layer} layer, {named}: {state}")
@@ -132,6 +142,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     shown = f"{args.skip + 1}-{args.skip + len(found.changes)} of {found.changes_total}"
     print(f"\nchanges that moved it, newest first ({shown}; --changes/--skip page them):")
     sys.stdout.write(format_table(ex.CHANGE_COLUMNS, ex.change_rows(found)))
+    if waiting:
+        print(f"\nnote: {waiting}")
     return 0
 
 
@@ -260,7 +272,8 @@ def add_commands(sub: Any) -> None:
         "came in the same apply), stale (at or below a version received before it: out of order "
         "or sent again; it changed nothing), quarantined (with the rule); late where its date "
         "was closed. A version delivered again (a re-sent message, a line repeated in a file) "
-        "is listed at each delivery. "
+        "is listed at each delivery. A note follows when the layer's stream job is not "
+        "running or events on its topic wait for it (a change sent lately may be among them). "
         "Reads the Delta tables through deltalake: no Spark, no JVM.",
     )
     p.add_argument("--flow", required=True)
@@ -278,8 +291,9 @@ def add_commands(sub: Any) -> None:
         "the group's members (sums and counts add up their contributions; a minimum or "
         "maximum names the member setting it; a mean gives its sum and count), the live keys "
         "in it with their versions and source_ref, and the applied versions that moved it, "
-        "newest first, each with its delta. Reads the Delta tables through deltalake: no "
-        "Spark, no JVM.",
+        "newest first, each with its delta; a note when the layer's stream job is not "
+        "running or events on its topic wait for it. Reads the Delta tables through "
+        "deltalake: no Spark, no JVM.",
     )
     p.add_argument("--flow", required=True)
     p.add_argument("--view", help="default: the flow's first view")

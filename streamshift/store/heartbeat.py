@@ -209,10 +209,12 @@ def broker_lag(settings, beat: dict[str, Any]) -> int | None:  # type: ignore[no
     processed = beat.get("processed_offsets") or {}
     if not processed:
         return None
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     consumer = Consumer(reader_config(settings, "streamshift-status"))
     try:
+        # A new consumer knows no topic yet: without their metadata first, the offset query
+        # fails with "Unknown partition" on a broker that answers.
         latest = {
             topic: {
                 part: consumer.get_watermark_offsets(TopicPartition(topic, int(part)), timeout=5)[1]
@@ -221,6 +223,8 @@ def broker_lag(settings, beat: dict[str, Any]) -> int | None:  # type: ignore[no
             for topic, parts in processed.items()
         }
     except KafkaException as exc:
+        if exc.args[0].code() == KafkaError._UNKNOWN_PARTITION:
+            return None  # the broker answered: the job's topic is gone (deleted, another broker)
         raise BrokerSilent(
             f"Kafka at {settings.kafka_bootstrap_servers} not answering: the lag now is unknown"
         ) from exc
@@ -252,3 +256,27 @@ def read_status(home: Path, settings=None) -> list[StreamStatus]:  # type: ignor
             StreamStatus(flow, layer, running, beat, lag_now, failing=failing, broker=silent)
         )
     return statuses
+
+
+def not_applied_yet(settings, flow: str, layer: str) -> str | None:  # type: ignore[no-untyped-def]
+    """What a reader of ``layer`` should know about changes not in it yet, for ``trace`` and
+    ``explain`` ("where's my adjustment?"): the layer's stream job is not running, or events
+    on its topic wait for it. None when no stream job writes the layer or it has caught up."""
+    beat = read_heartbeat(settings.home, flow, layer)
+    if not beat:
+        return None
+    if not (beat.get("state") == "running" and process_of(beat)):
+        return (
+            f"the {layer} layer's stream job is not running ({beat.get('state', 'unknown')}): "
+            "changes sent to its topic since its last batch are not applied (streamshift status)"
+        )
+    try:
+        lag = broker_lag(settings, beat)
+    except BrokerSilent as exc:
+        return f"whether changes wait on the topic for the stream job is unknown ({exc})"
+    if not lag:
+        return None
+    return (
+        f"{lag} events on the topic are not applied yet (the stream job is working through "
+        "them; streamshift status): a change sent lately may be among them"
+    )
