@@ -185,6 +185,16 @@ def test_trace_and_explain_say_when_changes_wait_for_the_stream_job(
     waiting = "note: 3 events on the topic are not applied yet"
     assert [n[: len(waiting)] for n in notes(*trace)] == [waiting]
     assert [n[: len(waiting)] for n in notes(*explain)] == [waiting]
+    # The Migration page's trace and explain say the same.
+    from streamshift.airflow.migration import render_explain, render_trace
+
+    here = load_settings(
+        {"STREAMSHIFT_HOME": str(tmp_path), "STREAMSHIFT_KAFKA_BOOTSTRAP_SERVERS": kafka_broker}
+    )
+    page_note = '<p class="note"><strong>Not in this layer yet?</strong> 3 events on the topic'
+    assert page_note in render_trace(here, "trades", "T4", "stream")
+    group = "book=EQ-US-FLOW,instrument=AAPL"
+    assert page_note in render_explain(here, "trades", "positions", "2026-11-20", group, "stream")
     # `status` reads the same end offsets (a new consumer, asked at once: "Unknown partition"
     # unless it reads the topic's metadata first, which it then took for a silent broker).
     status = _run(tmp_path, "status", kafka_bootstrap_servers=kafka_broker)

@@ -58,6 +58,7 @@ from streamshift.spec.formatting import html_table
 from streamshift.spec.registry import UnknownFlowError, get_flow, require_flow
 from streamshift.spec.settings import load_settings
 from streamshift.store.airflow_api import AirflowApiError, AirflowClient
+from streamshift.store.heartbeat import not_applied_yet
 from streamshift.store.versions import EXAMPLE_COLUMNS, live_tables
 
 PROMOTE_DAG = "streamshift_promote"
@@ -134,6 +135,7 @@ def render_trace(settings: Any, flow: str, key: str, layer: str | None) -> str:
         other=other,
         rows=rows,
         columns=COLUMNS,
+        waiting=not_applied_yet(settings, flow, found.layer),
     )
 
 
@@ -197,6 +199,7 @@ def render_explain(
         changes=changes,
         changes_total=found.changes_total,
         change_columns=ex.CHANGE_COLUMNS,
+        waiting=not_applied_yet(settings, flow, found.layer),
     )
 
 
