@@ -175,6 +175,7 @@ def _load_stream_and_list(cli: str, project: Path, env: dict[str, str], venv: st
                   "--limit", "0"], project, env)  # fmt: skip
     assert _shown(shown) == _oracle(eod, corrections)
     assert (project / "var" / "warehouse").is_dir()  # STREAMSHIFT_HOME: the project's var/
+    _check_starter_suites(cli, project, env, files, eod)
 
     # A rule added while the engine runs: the next job runs the code on disk, not the code
     # the engine's runner imported when it started.
@@ -239,3 +240,34 @@ def _load_stream_and_list(cli: str, project: Path, env: dict[str, str], venv: st
     [plugin] = [p for p in plugins if p["name"] == "streamshift"]
     assert plugin["source"].startswith("streamshift==0.1.0: EntryPoint("), plugin  # not a file
     assert "migration" in json.dumps(plugin["external_views"]).lower()
+
+
+def _check_starter_suites(
+    cli: str, project: Path, env: dict[str, str], files: Path, eod: Path
+) -> None:
+    """The starter suites `init` wrote (suites only: Great Expectations' other files follow at
+    run time) validate the day on the engine, and fail a file of unknown merchants."""
+    suites = project / "expectations" / "gx" / "expectations" / "payments"
+    expectations = sum(
+        len(json.loads(p.read_text())["expectations"]) for p in suites.glob("*.json")
+    )
+    assert sorted(p.stem for p in suites.glob("*.json")) == [
+        "by_merchant", "current", "quarantine", "raw"]  # fmt: skip
+    assert not list((project / "expectations" / "gx" / "checkpoints").glob("*.json"))
+    passed = _run([cli, "quality", "--flow", "payments", "--date", DAY, "--file", str(eod)],
+                  project, env)  # fmt: skip
+    assert f"{expectations} pass, 0 warn, 0 fail" in passed, passed
+    poison = files / f"payments_poison_{DAY}.csv"
+    known = {r["merchant"] for r in csv.DictReader(
+        (project / "flows" / "payments" / "reference" / "merchants.csv").open())}  # fmt: skip
+    rows = list(csv.DictReader(poison.open()))
+    unknown = [r["merchant"] for r in rows if r["merchant"] not in known]
+    assert unknown and len(unknown) / len(rows) > 0.01, rows  # more than the 1 % allowed
+    failed = subprocess.run([cli, "quality", "--flow", "payments", "--date", DAY, "--file",
+                             str(poison), "--dataset", "raw"], cwd=project, env=env,
+                            capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert failed.returncode == 1, failed.stderr[-2000:]
+    assert (
+        f"payments.raw merchant_known: observed {len(unknown)} of {len(rows)} unexpected"
+        in failed.stdout + failed.stderr
+    ), failed.stdout[-2000:]

@@ -1,6 +1,7 @@
 """The data-quality project's files, read without Spark or Great Expectations: every suite is
 complete (validation definition, checkpoint, asset), policies are declared, a flow's overrides
-apply, and a wrong override names what exists."""
+apply, a wrong override names what exists, and a flow's starter suites follow from its spec and
+are completed like the kit's own."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from streamshift.spec.registry import get_flow
+from streamshift.spec.scaffold import TEMPLATE
+from streamshift.spec.suites import complete_project, starter_suites, write_starter_suites
 from streamshift.store.quality import QualityError, datasets, gx_project, suite_document
 
 PROJECT = gx_project()
@@ -32,6 +36,65 @@ def test_every_suite_has_its_definition_checkpoint_asset_and_policies() -> None:
         names = [e["meta"]["name"] for e in doc["expectations"]]
         assert len(names) == len(set(names)), suite  # names address overrides
         assert {e["severity"] for e in doc["expectations"]} <= {"critical", "warning"}
+
+
+def _check_complete(gx: Path, suite: str) -> None:
+    """The suite's validation definition, checkpoint and asset name each other by id."""
+    doc = json.loads((gx / "expectations" / suite.replace(".", "/", 1)).with_suffix(".json")
+                     .read_text())  # fmt: skip
+    config = yaml.safe_load((gx / "great_expectations.yml").read_text())
+    source = config["fluent_datasources"]["spark"]
+    asset = source["assets"][suite]
+    definition = json.loads((gx / "validation_definitions" / f"{suite}.json").read_text())
+    checkpoint = json.loads((gx / "checkpoints" / f"{suite}.json").read_text())
+    assert definition["suite"] == {"id": doc["id"], "name": suite}
+    assert definition["data"]["asset"] == {"id": asset["id"], "name": suite}
+    assert definition["data"]["datasource"] == {"id": source["id"], "name": "spark"}
+    batch = definition["data"]["batch_definition"]
+    assert asset["batch_definitions"][batch["name"]]["id"] == batch["id"]
+    assert checkpoint["validation_definitions"] == [{"id": definition["id"], "name": suite}]
+
+
+def test_starter_suites_follow_the_flows_spec_and_complete_at_run_time(tmp_path: Path) -> None:
+    trades = get_flow("trades")
+    suites = starter_suites(trades)
+    assert list(suites) == ["raw", "current", "positions", "quarantine"]
+    named = {d: {e["meta"]["name"]: e for e in s[1]} for d, s in suites.items()}
+    assert named["current"]["one_row_per_trade_id"]["kwargs"] == {"column": "trade_id"}
+    # The reference tables keyed by a text column of the flow (books, instruments; fx_rates
+    # is keyed by a date): their values known in at least 99 % of the raw file's rows.
+    assert {n for n in named["raw"] if n.endswith("_known")} == {"book_known", "instrument_known"}
+    assert named["raw"]["book_known"]["kwargs"]["value_set"] == {"$PARAMETER": "known_books"}
+    group = list(trades.view("positions").group_key)
+    assert named["positions"]["one_row_per_group"]["kwargs"] == {"column_list": group}
+    counts = [m.name for m in trades.view("positions").measures if m.kind == "count"]
+    assert counts and all(f"{c}_sums_to_live_rows" in named["positions"] for c in counts)
+    policies = {e["severity"] for s in suites.values() for e in s[1]}
+    assert policies == {"critical", "warning"}
+
+    # Written once, into a project with no suites: a suite is never overwritten.
+    gx = tmp_path / "gx"
+    gx.mkdir()
+    shutil.copy(TEMPLATE / "expectations" / "gx" / "great_expectations.yml.tmpl",
+                gx / "great_expectations.yml")  # fmt: skip
+    written = write_starter_suites(trades, gx)
+    assert sorted(p.stem for p in written) == sorted(suites)
+    (gx / "expectations" / "trades" / "raw.json").write_text(
+        (gx / "expectations" / "trades" / "raw.json").read_text().replace("0.99", "0.95")
+    )
+    assert write_starter_suites(trades, gx) == []
+    assert '"mostly": 0.95' in (gx / "expectations" / "trades" / "raw.json").read_text()
+
+    # The run's copy gets each suite's definition, checkpoint and asset; the kit's own project,
+    # complete already, gets nothing.
+    assert sorted(complete_project(gx)) == sorted(f"trades.{d}" for d in suites)
+    for dataset in suites:
+        _check_complete(gx, f"trades.{dataset}")
+    assert complete_project(gx) == []
+    kit = tmp_path / "kit"
+    shutil.copytree(PROJECT, kit)
+    before = (kit / "great_expectations.yml").read_text()
+    assert complete_project(kit) == [] and (kit / "great_expectations.yml").read_text() == before
 
 
 def test_a_flow_overrides_thresholds_and_a_wrong_name_is_refused(

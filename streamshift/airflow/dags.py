@@ -435,7 +435,10 @@ expectation fails the run naming it, once the report shows it; a `warn` one is r
                 # The report is written whatever the verdict: a failed run's report shows why.
                 _write_report(flow, resolved["business_date"])
             if run is None:
-                print(f"flow {flow} has no data-quality suites: nothing to check")
+                print(
+                    f"flow {flow} has no data-quality suites: nothing to check (write starter "
+                    f"ones with `streamshift quality --flow {flow} --write-suites`)"
+                )
                 return {}
             print(run.describe())
             if run.failures:

@@ -200,10 +200,37 @@ def _cmd_quality(args: argparse.Namespace) -> int:
     from streamshift.spec.requests import QualityRequest
 
     known_flow(args.flow)
+    if args.write_suites:
+        return _write_suites(args.flow)
+    if args.date is None:
+        raise UserError(
+            "the following arguments are required: --date (or --write-suites, to write the "
+            "flow's starter suites)"
+        )
     request = QualityRequest(args.flow, args.date, args.layer, args.file, tuple(args.dataset or ()))
     code = run_request(request)
     print(f"Data Docs: {data_docs_dir(load_settings()) / 'index.html'}")
     return code
+
+
+def _write_suites(flow: str) -> int:
+    from streamshift.spec.registry import get_flow
+    from streamshift.spec.suites import write_starter_suites
+    from streamshift.store.quality import gx_project
+
+    root = gx_project()
+    written = write_starter_suites(get_flow(flow), root)
+    folder = root / "expectations" / flow
+    if not written:
+        print(f"{flow} has a suite for every dataset already ({folder}); none overwritten")
+        return 0
+    for path in written:
+        print(f"wrote {path}")
+    print(
+        f"tune their thresholds and policies in {folder}, then validate a date with "
+        f"`streamshift quality --flow {flow} --date D` (the EOD DAG runs them after each load)"
+    )
+    return 0
 
 
 def _cmd_maintain(args: argparse.Namespace) -> int:
@@ -403,11 +430,19 @@ def add_commands(sub: Any) -> None:
         "STREAMSHIFT_HOME/reports/data_docs. Exit 0 when nothing failed (warnings allowed).",
     )
     p.add_argument("--flow", required=True)
-    p.add_argument("--date", required=True, type=date_arg, help="business date YYYY-MM-DD")
+    p.add_argument("--date", type=date_arg, help="business date YYYY-MM-DD (required to validate)")
     p.add_argument(
         "--layer", choices=["batch", "stream"], default="batch", help="the layer to validate"
     )
     p.add_argument("--file", type=Path, help="the day's EOD file, for the raw-file suite")
+    p.add_argument(
+        "--write-suites",
+        action="store_true",
+        help="instead of validating, write starter suites for the flow's datasets that have "
+        "none (key, version and business date present; one current row per key; one view row "
+        "per group; reference values known; row counts near the recent median; a small "
+        "quarantine), to tune; never overwrites a suite",
+    )
     p.add_argument(
         "--dataset",
         action="append",

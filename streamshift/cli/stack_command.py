@@ -160,7 +160,8 @@ def add_commands(sub: Any) -> None:
         "into an empty folder",
         description="Scaffold a team's project: streamshift.toml, flows/payments (an example "
         "flow with reference data and a generator), dags/ (one file calling the kit's DAG "
-        "factory), expectations/gx, tests/ (the example through the kit's testing helpers) "
+        "factory), expectations/gx (the example's starter data-quality suites), tests/ (the "
+        "example through the kit's testing helpers) "
         "and a README. Refuses a folder that holds anything.",
     )
     p.add_argument("folder", type=Path, help="the project's folder (new, or empty)")

@@ -195,7 +195,8 @@ def check_quality(context: JobContext, request: QualityRequest) -> None:
     if not datasets(flow.name):
         raise RequestRefused(
             f"flow {flow.name!r} has no data-quality suites (expectations/gx/expectations/"
-            f"{flow.name}/); flows with suites have a folder there"
+            f"{flow.name}/); write starter ones with `streamshift quality --flow {flow.name} "
+            "--write-suites`"
         )
     if request.file is not None and not request.file.exists():
         raise RequestRefused(

@@ -40,6 +40,7 @@ from streamshift.engine.write.target import Target, ensure_table, when_small
 from streamshift.spec.catalog import QUALITY_RUNS_SCHEMA, ControlTables
 from streamshift.spec.contract import IS_DELETED, MALFORMED, SOURCE_REF
 from streamshift.spec.flow import Flow
+from streamshift.spec.suites import complete_project
 from streamshift.store.data_docs import localize
 from streamshift.store.eodfile import check_file
 from streamshift.store.quality import (
@@ -85,8 +86,11 @@ def _project(settings: Settings) -> Iterator[Any]:
         gx_dir = root / "gx"
         for part in ("expectations", "validation_definitions", "checkpoints"):
             shutil.rmtree(gx_dir / part, ignore_errors=True)
-            shutil.copytree(gx_project() / part, gx_dir / part)
+            if (gx_project() / part).is_dir():
+                shutil.copytree(gx_project() / part, gx_dir / part)
         shutil.copy2(gx_project() / "great_expectations.yml", gx_dir / "great_expectations.yml")
+        # A suite is the one file a team keeps; its definition, checkpoint and asset follow.
+        complete_project(gx_dir)
         # What is validated: each suite with its flow's overrides (flows/<flow>/quality.json).
         for path in (gx_dir / "expectations").glob("*/*.json"):
             suite = f"{path.parent.name}.{path.stem}"

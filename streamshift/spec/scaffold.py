@@ -1,16 +1,23 @@
 """``streamshift init DIR``: a team's project, written from the kit's template
 (``streamshift/scaffold``: each ``*.tmpl`` file is written without its suffix, its
-``__NAME__``, ``__FLOWS__``, ``__KIT__`` and ``__IMAGE_TAG__`` filled in), and its
+``__NAME__``, ``__FLOWS__``, ``__KIT__`` and ``__IMAGE_TAG__`` filled in), the example flow's
+starter data-quality suites (:mod:`streamshift.spec.suites`), and its
 ``requirements.lock``: the kit's own lock and the kit's pin, which the project's image builds
 from (``Dockerfile``, ``docker-compose.yml``)."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from streamshift.spec.errors import StreamshiftError
+from streamshift.spec.suites import write_starter_suites
+
+if TYPE_CHECKING:
+    from streamshift.spec.flow import Flow
 
 PACKAGE = Path(__file__).resolve().parents[1]
 TEMPLATE = PACKAGE / "scaffold"
@@ -118,4 +125,21 @@ def init_project(folder: Path, name: str | None = None) -> list[Path]:
         keep.parent.mkdir(parents=True, exist_ok=True)
         keep.touch()
         written.append(keep)
+    for flow in written_flows(folder):  # the example's starter data-quality suites
+        written += write_starter_suites(flow, folder / "expectations" / "gx")
     return written
+
+
+def written_flows(folder: Path) -> list[Flow]:
+    """The flows a new project's template declares, imported from the files ``init`` wrote
+    (under a private module name: the project's own ``flows`` package is not imported here)."""
+    flows = []
+    for package in sorted((folder / FLOWS).glob("*/__init__.py")):
+        name = f"_streamshift_init_{package.parent.name}"
+        spec = importlib.util.spec_from_file_location(name, package)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        if hasattr(module, "FLOW"):
+            flows.append(module.FLOW)
+    return flows
