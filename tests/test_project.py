@@ -152,6 +152,21 @@ def test_init_writes_a_project_once_and_it_is_found(tmp_path: Path) -> None:
     assert found is not None and found.name == "new_team"
     with pytest.raises(InitError, match="not an empty folder"):
         init_project(tmp_path / "new team")
+    suites = {n for n in names if n.startswith("expectations/gx/expectations/payments/")}
+    assert {s.rsplit("/", 1)[1] for s in suites} == {
+        "raw.json", "current.json", "by_merchant.json", "quarantine.json"}  # fmt: skip
+
+    # Nothing written yet, so nothing recorded to plan against: said at once, no Spark started.
+    env = cli_env(tmp_path / "home")
+    env.pop("STREAMSHIFT_PROJECT", None)
+    planned = run_cli(tmp_path / "home", "plan", "--flow", "payments", cwd=tmp_path / "new team",
+                      env=env)  # fmt: skip
+    assert planned.returncode == 0 and planned.stderr == "", planned.stderr[-2000:]
+    assert planned.stdout.splitlines() == [
+        f"payments, {layer} layer: no version recorded yet (its first write records the code "
+        "on disk as version 1)"
+        for layer in ("batch", "stream")
+    ]
 
 
 def test_the_jars_are_the_locked_ones_and_none_that_pyspark_ships() -> None:

@@ -250,9 +250,16 @@ def _cmd_maintain(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    from streamshift.control.plan import Plan
+    from streamshift.spec.catalog import LAYERS
     from streamshift.spec.requests import PlanRequest
+    from streamshift.store.versions import deployed_layers
 
     known_flow(args.flow)
+    if not deployed_layers(load_settings().warehouse, args.flow):
+        # Nothing recorded to compare the code with: said without starting Spark.
+        print("\n".join(Plan(args.flow, layer, None, ()).describe() for layer in LAYERS))
+        return 0
     return run_request(PlanRequest(args.flow))
 
 
