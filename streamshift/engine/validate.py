@@ -83,12 +83,12 @@ def _project(settings: Settings) -> Iterator[Any]:
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        gx_dir = root / "gx"
+        gx_dir, kept = root / "gx", gx_project()
         for part in ("expectations", "validation_definitions", "checkpoints"):
             shutil.rmtree(gx_dir / part, ignore_errors=True)
-            if (gx_project() / part).is_dir():
-                shutil.copytree(gx_project() / part, gx_dir / part)
-        shutil.copy2(gx_project() / "great_expectations.yml", gx_dir / "great_expectations.yml")
+            if (kept / part).is_dir():
+                shutil.copytree(kept / part, gx_dir / part)
+        shutil.copy2(kept / "great_expectations.yml", gx_dir / "great_expectations.yml")
         # A suite is the one file a team keeps; its definition, checkpoint and asset follow.
         complete_project(gx_dir)
         # What is validated: each suite with its flow's overrides (flows/<flow>/quality.json).

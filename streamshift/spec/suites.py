@@ -186,18 +186,19 @@ def write_starter_suites(flow: Flow, gx_root: Path) -> list[Path]:
         path = folder / f"{dataset}.json"
         if path.exists():
             continue
-        document = {
-            "expectations": expectations,
-            "id": str(uuid.uuid4()),
-            "meta": {
-                "great_expectations_version": GX_VERSION,
-                "streamshift": {"dataset": what, **settings},
+        _write(
+            path,
+            {
+                "expectations": expectations,
+                "id": str(uuid.uuid4()),
+                "meta": {
+                    "great_expectations_version": GX_VERSION,
+                    "streamshift": {"dataset": what, **settings},
+                },
+                "name": f"{flow.name}.{dataset}",
+                "notes": None,
             },
-            "name": f"{flow.name}.{dataset}",
-            "notes": None,
-        }
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(document, indent=2) + "\n")
+        )
         written.append(path)
     return written
 
