@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -17,6 +18,12 @@ import pytest
 _main = sys.modules["__main__"]
 if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
     _main.__file__ = "<pytest-xdist worker>"
+
+# Importing Airflow (the tests of DAG tasks do) sets the root logger to INFO, with a handler on
+# the worker's stdout, which pytest closes at the end. py4j's INFO line from a connection's
+# __del__ at interpreter exit then printed "--- Logging error --- ... I/O operation on closed
+# file" after the run's last dot. py4j's own INFO lines say nothing a test needs.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 # Tests never read the developer's STREAMSHIFT_* environment: each builds its own settings.
 for _name in [n for n in os.environ if n.startswith("STREAMSHIFT_") and n != "STREAMSHIFT_PYTHON"]:
