@@ -20,8 +20,8 @@ if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
     _main.__file__ = "<pytest-xdist worker>"
 
 # Importing Airflow (the tests of DAG tasks do) sets the root logger to INFO, with a handler on
-# the worker's stdout, which pytest closes at the end. py4j's INFO line from a connection's
-# __del__ at interpreter exit then printed "--- Logging error --- ... I/O operation on closed
+# the worker's stdout, which pytest closes at the end: py4j's INFO line from a connection's
+# __del__ at interpreter exit would print "--- Logging error --- ... I/O operation on closed
 # file" after the run's last dot. py4j's own INFO lines say nothing a test needs.
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
