@@ -227,6 +227,39 @@ def test_setup_says_and_prunes_the_cache_folders_of_other_locks(
     assert prune_other_locks(mine, said.append, remove=True) == 0
 
 
+def test_the_class_archive_lives_in_its_virtualenv_and_earlier_kits_archives_are_removed(
+    tmp_path: Path,
+) -> None:
+    """Each virtualenv keeps its own class archive (a fresh clone's goes with the clone); the
+    archives earlier kits left in the shared jars folder, one per virtualenv and 193 MB each,
+    are removed by setup; the jars and the decoder beside them stay."""
+    import sys
+
+    from streamshift.engine.spark import archive_path
+    from streamshift.local.kit_setup import remove_cached_archives
+
+    assert archive_path().is_relative_to(sys.prefix)
+    jars = tmp_path / "jars"
+    (jars / "spark" / "lib").mkdir(parents=True)
+    kept = [jars / "spark" / "lib" / "a.jar", jars / "streamshift-udf.jar"]
+    for path in kept:
+        path.write_bytes(b"jar")
+    left = [jars / "spark" / f"classes-{h}.jsa" for h in ("514346878d05", "9a519b3e5ead")]
+    for archive in left:
+        archive.write_bytes(b"x" * 3_000_000)
+        archive.with_suffix(".stamp").write_text("key")
+    said: list[str] = []
+    assert remove_cached_archives(jars, said.append) == 2
+    assert said == [
+        f"removed 2 class archives of earlier kits from {jars / 'spark'} (6 MB); each "
+        "virtualenv now keeps its own"
+    ]
+    assert sorted(p.name for p in (jars / "spark").iterdir()) == ["lib"]
+    assert all(path.read_bytes() == b"jar" for path in kept)
+    assert remove_cached_archives(jars, said.append) == 0 and len(said) == 1
+    assert remove_cached_archives(tmp_path / "no-jars-yet", said.append) == 0
+
+
 def test_every_command_taking_a_flow_says_what_to_do_when_it_finds_none(tmp_path: Path) -> None:
     """Outside a project, each command naming a flow says how to get one; in a project, an
     unknown name gets the declared flows. One line each, exit code 2, no Spark started."""

@@ -39,6 +39,7 @@ def train(output: Path) -> float:
     """Run the training jobs under ``-XX:ArchiveClassesAtExit``; returns seconds taken."""
     started = time.monotonic()
     output.unlink(missing_ok=True)  # the training driver must not map an old archive
+    output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="streamshift-cds-") as tmp:
         home = Path(tmp) / "home"
         example = Path(tmp) / "example"
@@ -88,11 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--output",
         type=Path,
-        help="archive path (default: the jars folder's, STREAMSHIFT_JARS_DIR)",
+        help="archive path (default: this virtualenv's, share/streamshift/classes.jsa)",
     )
     args = parser.parse_args(argv)
-    settings = load_settings({})
-    output = args.output or archive_path(settings)
+    output = args.output or archive_path()
     print(f"[setup] training the Spark driver's class-data-sharing archive ({output})", flush=True)
     seconds = train(output)
     size = output.stat().st_size / 2**20

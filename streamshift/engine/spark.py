@@ -13,7 +13,6 @@ Under spark-submit the Python driver is started by the JVM, which hands it the g
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import sys
@@ -64,16 +63,15 @@ SHORT_JOB_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m -XX
 USE_OPTIONS = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
-def archive_path(settings: Settings) -> Path:
-    """The driver's class archive (``streamshift setup``): one per virtualenv in the jars
-    folder, which may be shared (the archive names the jars and this Python's packages)."""
-    venv = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
-    return settings.jars_dir / "spark" / f"classes-{venv}.jsa"
+def archive_path() -> Path:
+    """The driver's class archive (``streamshift setup``), inside this virtualenv: it names this
+    Python's packages, so it serves no other, and goes when the virtualenv goes."""
+    return Path(sys.prefix) / "share" / "streamshift" / "classes.jsa"
 
 
-def driver_options(settings: Settings) -> str:
+def driver_options() -> str:
     """The driver JVM options that use the archive; empty when scripts/setup made none."""
-    path = archive_path(settings)
+    path = archive_path()
     return f"-XX:SharedArchiveFile={path} {USE_OPTIONS}" if path.is_file() else ""
 
 
@@ -109,7 +107,7 @@ def submit_conf(settings: Settings) -> dict[str, str]:
     java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Duser.timezone=UTC"
     # The driver maps the classes scripts/setup archived (streamshift.engine.cds); an
     # executor's JVM has another classpath, so it could not use them.
-    driver = [java_opts, driver_options(settings), driver_java_options(settings)]
+    driver = [java_opts, driver_options(), driver_java_options(settings)]
     return {
         **deployment_conf(settings),
         "spark.driver.extraJavaOptions": " ".join(o for o in driver if o),

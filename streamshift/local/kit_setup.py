@@ -6,8 +6,9 @@
 * the stream's JSON decoder jar, in the package (``streamshift/jars/``): the one the wheel was
   built with, or in the kit's repository compiled from ``jvm/udf`` with javac;
 * the Spark driver's class-data-sharing archive (``streamshift.engine.cds``), trained on the
-  kit's bundled example project and keyed by this virtualenv; trained again when Java, the
-  lock, the decoder or the training change (a stamp beside it).
+  kit's bundled example project, inside this virtualenv (it serves no other, and goes with
+  it); trained again when Java, the jars, the decoder or the training change (a stamp beside
+  it).
 
 ``scripts/setup`` (a kit's repository) is the virtualenv from the lock, then this.
 """
@@ -163,11 +164,12 @@ def place_decoder(dest: Path, say: Callable[[str], None]) -> Path:
 
 
 def _archive_key(dest: Path) -> str:
-    """What the class archive depends on: Java, the jars, the training, this virtualenv."""
+    """What the class archive depends on: Java, the jars (their folder too: the archive names
+    their paths), the training, this virtualenv."""
     from streamshift.engine import cds
 
     java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False)
-    sha = hashlib.sha256((java.stderr + sys.prefix).encode())
+    sha = hashlib.sha256((java.stderr + sys.prefix + str(dest.resolve())).encode())
     sha.update(JARS_LOCK.read_bytes())
     sha.update(Path(cds.__file__).read_bytes())
     decoder = KIT_JARS / UDF_JAR
@@ -213,6 +215,27 @@ def prune_other_locks(dest: Path, say: Callable[[str], None], *, remove: bool) -
     return len(others)
 
 
+def remove_cached_archives(dest: Path, say: Callable[[str], None]) -> int:
+    """Remove the class archives earlier kits kept in the jars folder, one per virtualenv
+    (``spark/classes-<virtualenv>.jsa``) and never removed: a clone's own virtualenv left one
+    there each time. Their virtualenvs are not recorded; one still in use trains its archive
+    again at its next ``setup`` and runs, only slower, until then. How many there were."""
+    folder = dest / "spark"
+    archives = sorted(folder.glob("classes-*.jsa")) if folder.is_dir() else []
+    if not archives:
+        return 0
+    megabytes = sum(a.stat().st_size for a in archives) / 1e6
+    for archive in archives:
+        archive.unlink()
+        archive.with_suffix(".stamp").unlink(missing_ok=True)
+    count = len(archives)
+    say(
+        f"removed {count} class archive{'s' if count > 1 else ''} of earlier kits from "
+        f"{folder} ({megabytes:,.0f} MB); each virtualenv now keeps its own"
+    )
+    return count
+
+
 def setup(
     settings: Settings, say: Callable[[str], None], *, archive: bool = True, prune: bool = False
 ) -> Path:
@@ -225,7 +248,8 @@ def setup(
     place_decoder(dest, say)
     say(f"{len(locked_jars())} jars in {dest} ({fetched} fetched, every hash checked)")
     prune_other_locks(dest, say, remove=prune)
-    path = archive_path(settings)
+    remove_cached_archives(dest, say)
+    path = archive_path()
     stamp = path.with_suffix(".stamp")
     key = _archive_key(dest) if archive else ""
     if archive and not (path.is_file() and stamp.is_file() and stamp.read_text() == key):
