@@ -22,7 +22,6 @@ import datetime as dt
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _amend import amendment_file
+from _scratch import scratch
 from engine_latency import DAY, timed_eod
 
 from flows.trades.generate import generate_day
@@ -105,7 +105,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="timed corrections")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
+    work = scratch(args.workdir, "streamshift-bench-")
     settings = load_settings(
         {},
         home=work / "home",

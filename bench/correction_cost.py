@@ -25,13 +25,13 @@ import datetime as dt
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _amend import amendment
+from _scratch import scratch
 from eod_load import hand_written
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -108,7 +108,7 @@ def main() -> int:
     parser.add_argument("--hand", action="store_true", help="also re-run the hand-written job")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
+    work = scratch(args.workdir, "streamshift-bench-")
     flow = get_flow("trades")
     spark = get_spark(load_settings(home=work / "spark"), app_name="bench-correction-cost")
     sizes = sorted(args.trades)

@@ -18,13 +18,13 @@ import csv
 import datetime as dt
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _amend import amendment
+from _scratch import scratch
 from pyspark.sql import functions as F
 
 from flows.trades.generate import generate_day
@@ -46,7 +46,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="timed corrections per side")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
+    work = scratch(args.workdir, "streamshift-bench-")
     flow = get_flow("trades")
     spark = get_spark(load_settings(home=work / "spark"), app_name="bench-correction-history")
     days = [LAST - dt.timedelta(days=i) for i in range(args.days)][::-1]

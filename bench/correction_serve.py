@@ -33,13 +33,13 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _amend import amendments
+from _scratch import scratch
 from correction_cost import print_scaling
 from stream_latency import (
     _served_positions,
@@ -199,7 +199,7 @@ def main() -> int:
     parser.add_argument("--trigger", default="1 second", help="serve's trigger (its default)")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
+    work = scratch(args.workdir, "streamshift-bench-")
     flow = get_flow("trades")
     sizes = sorted(args.trades)
     figures = {n: measure(flow, n, args, work / str(n)) for n in sizes}

@@ -30,13 +30,13 @@ import argparse
 import datetime as dt
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _scratch import scratch
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
@@ -99,7 +99,7 @@ def main() -> int:
     parser.add_argument("--front", action="store_true", help="also serve's front, by stage")
     args = parser.parse_args()
     flow = get_flow("trades")
-    work = Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
+    work = scratch(None, "streamshift-bench-")
     print(f"[bench] generating and encoding {args.events} events", flush=True)
     files = generate_day(DAY, args.events, work / "files", seed=5)
     messages = [encode_event(flow, row) for row in read_rows(files.eod, flow)][: args.events]

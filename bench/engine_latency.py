@@ -35,7 +35,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _amend import amendment_file
+from _scratch import scratch
 
 from flows.trades.generate import generate_day
 from streamshift.engine.spark import submit_env
@@ -125,7 +125,7 @@ def main() -> int:
     )
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
+    work = scratch(args.workdir, "streamshift-bench-")
     home = work / "home"
     with local_engine(work) as url:
         files = generate_day(DAY, args.trades, work / "files", seed=7, progress=False)

@@ -24,11 +24,11 @@ import datetime as dt
 import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _scratch import scratch
 from engine_latency import local_engine, timed_eod
 
 from flows.trades.generate import generate_day
@@ -59,7 +59,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=2, help="timed loads per side")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
+    work = scratch(args.workdir, "streamshift-bench-")
     home = work / "home"
     timings: dict[str, list[float]] = {"engine": [], "no engine": []}
     with local_engine(work) as url:

@@ -20,11 +20,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _scratch import scratch
 
 from flows.trades.generate import generate_day
 from streamshift.engine.jobs.eod import run_eod
@@ -44,7 +45,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.days < 2:
         parser.error("--days must be at least 2 (the ratio is last day ÷ second day)")
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
+    work = scratch(args.workdir, "streamshift-bench-")
     flow = get_flow("trades")
     spark = get_spark(load_settings(home=work / "spark"), app_name="bench-eod-days")
     warm_day = FIRST_DAY - dt.timedelta(days=30)

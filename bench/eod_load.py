@@ -33,12 +33,12 @@ import datetime as dt
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _scratch import scratch
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
@@ -133,7 +133,7 @@ def main() -> int:
         help="also time validate-only and written-once loads (what stands under the goal)",
     )
     args = parser.parse_args()
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
+    work = scratch(args.workdir, "streamshift-bench-")
     flow = get_flow("trades")
     print(f"[bench] generating {args.trades} trades in {work}", flush=True)
     files = generate_day(DAY, args.trades, work / "files", seed=3)

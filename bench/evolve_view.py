@@ -20,13 +20,13 @@ import argparse
 import dataclasses
 import datetime as dt
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _scratch import scratch
 from trace_explain import FIRST_DAY, build
 
 
@@ -37,7 +37,7 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, help="build here (kept) instead of a temp dir")
     parser.add_argument("--shadow", action="store_true", help="time evolve --shadow instead")
     args = parser.parse_args()
-    home = args.keep or Path(tempfile.mkdtemp(prefix="bench-evolve-"))
+    home = scratch(args.keep, "bench-evolve-")
     if not (home / "warehouse" / "batch" / "trades").is_dir():
         build(home, args.trades, args.days)
 

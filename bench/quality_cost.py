@@ -15,11 +15,12 @@ import argparse
 import datetime as dt
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _scratch import scratch
 
 from flows.trades.generate import generate_day
 from streamshift.engine.jobs.eod import run_eod
@@ -38,7 +39,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="timed validations (median)")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
+    work = scratch(args.workdir, "streamshift-bench-")
     settings = load_settings(home=work / "home")
     flow = get_flow("trades")
     print(f"[bench] generating {args.trades} trades in {work}", flush=True)

@@ -41,13 +41,13 @@ import argparse
 import datetime as dt
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _amend import amendment
+from _scratch import scratch
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -91,7 +91,7 @@ def main() -> int:
         "--engine", action="store_true", help="apply on a local warm engine (Spark Connect)"
     )
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="streamshift-small-apply-"))
+    work = scratch(None, "streamshift-small-apply-")
     if not args.engine:
         return run(
             args, work, get_spark(load_settings(home=work / "home"), app_name="bench-small-apply")

@@ -25,11 +25,11 @@ import datetime as dt
 import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _scratch import scratch
 from stream_latency import started_broker
 
 from flows.trades.generate import generate_day
@@ -53,7 +53,7 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
     caps = [int(c) for c in args.caps.split(",")]
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
+    work = scratch(args.workdir, "streamshift-bench-")
     print("[bench] starting Kafka", flush=True)
     broker = started_broker(work)
     try:

@@ -45,7 +45,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +53,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _amend import amendments
+from _scratch import scratch
 
 from flows.trades.generate import generate_day
 from streamshift.engine.jobs.serve import progress_path as serve_progress_path
@@ -304,7 +304,7 @@ def job_env(settings: Settings) -> dict[str, str]:
 
 def run(args: argparse.Namespace) -> tuple[dict[str, Pipeline], dict[str, dict[str, Any]], Path]:
     """Start a broker, run each pipeline of ``args.pipelines`` in turn; their results."""
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
+    work = scratch(args.workdir, "streamshift-bench-")
     broker = started_broker(work)
     settings = load_settings(home=work / "home", kafka_bootstrap_servers=broker.bootstrap)
     env = job_env(settings)

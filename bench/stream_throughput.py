@@ -30,13 +30,13 @@ import argparse
 import datetime as dt
 import json
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _scratch import scratch
 from stream_latency import started_broker
 
 from flows.trades.generate import generate_day
@@ -136,7 +136,7 @@ def main() -> int:
         "--no-pipeline", action="store_true", help="skip the Delta pipeline (streamshift stream)"
     )
     args = parser.parse_args()
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="streamshift-bench-"))
+    work = scratch(args.workdir, "streamshift-bench-")
     print("[bench] starting Kafka", flush=True)
     broker = started_broker(work)
     try:

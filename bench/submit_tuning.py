@@ -23,12 +23,13 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from _scratch import scratch
 
 from flows.trades.generate import generate_day
 from streamshift.engine.spark import SHORT_JOB_JVM_OPTS, jars, submit_conf, submit_env, tuning_conf
@@ -85,7 +86,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--variants", nargs="*", help="run only these variants")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="submit-tuning-"))
+    work = scratch(None, "submit-tuning-")
     eod = generate_day(DAY, args.trades, work / "files", seed=1, progress=False).eod
     settings = load_settings({}, home=work, spark_shuffle_partitions=2)
     tuned = {**submit_conf(settings), **tuning_conf(settings)}

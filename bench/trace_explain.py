@@ -21,11 +21,12 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _scratch import scratch
 
 FIRST_DAY = dt.date(2026, 10, 1)
 REPO = Path(__file__).resolve().parent.parent
@@ -124,7 +125,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", type=Path, help="build here (kept) instead of a temp dir")
     args = parser.parse_args()
-    home = args.keep or Path(tempfile.mkdtemp(prefix="bench-trace-"))
+    home = scratch(args.keep, "bench-trace-")
     built = home / "bench.json"
     if built.is_file():  # a kept warehouse: time it again
         key, day, book, instrument = json.loads(built.read_text())
