@@ -10,7 +10,8 @@ RUN apt-get update \
 
 WORKDIR /app
 # Dependencies first (requirements.lock, the kit with its jar lock), so a flow's change rebuilds
-# only the last layer. The jars, the decoder and the class archive go to /opt/streamshift/jars.
+# only the last layer. The jars and the decoder go to /opt/streamshift/jars, the class archive
+# into the image's virtualenv.
 ENV STREAMSHIFT_JARS_DIR=/opt/streamshift/jars
 COPY pyproject.toml requirements.lock setup.py ./
 COPY scripts/ scripts/

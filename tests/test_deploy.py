@@ -285,6 +285,8 @@ def test_the_compose_file_holds_no_secret(compose) -> None:  # type: ignore[no-u
     wanted = set(re.findall(r"\$\{(\w+)", COMPOSE.read_text()))
     assert wanted and all(re.search(rf"^{v}=$", example, re.MULTILINE) for v in wanted)
     assert ".env" in (REPO / ".gitignore").read_text().split()
+    # nor in the image: `COPY . .` would bake it into a layer
+    assert ".env" in (REPO / ".dockerignore").read_text().split()
     # the check catches what it is for
     leaky = json.loads(json.dumps(compose))
     leaky["services"]["postgres"]["environment"]["POSTGRES_PASSWORD"] = "airflow"
@@ -330,5 +332,8 @@ def test_a_project_from_init_builds_its_own_image_with_the_kit_as_a_dependency(
     ]  # fmt: skip
     assert kit_lock and set(kit_lock) <= set(pinned)
     assert f"streamshift=={kit_version()}" in pinned
-    assert ".env" in (project / ".gitignore").read_text().split()
+    assert {".env", ".venv/"} <= set((project / ".gitignore").read_text().split())
     assert (project / ".env.example").read_text() == (REPO / ".env.example").read_text()
+    # `COPY . .` after the image made its virtualenv: a local .venv would replace it, the
+    # local stack's data would bloat it, and .env's secrets would stay in a layer.
+    assert {".venv", "var", ".env"} <= set((project / ".dockerignore").read_text().split())

@@ -24,7 +24,11 @@ TEMPLATE = PACKAGE / "scaffold"
 # The kit's lock: the wheel carries it (setup.py copies it in); a checkout has it at its root.
 LOCKS = (PACKAGE / "requirements.lock", PACKAGE.parent / "requirements.lock")
 # Files whose names git or Docker want dotted; the template keeps them visible.
-DOTTED = {"gitignore.tmpl": ".gitignore.tmpl", "env.example.tmpl": ".env.example.tmpl"}
+DOTTED = {
+    "gitignore.tmpl": ".gitignore.tmpl",
+    "dockerignore.tmpl": ".dockerignore.tmpl",
+    "env.example.tmpl": ".env.example.tmpl",
+}
 # The first version of a project's image (docker-compose.yml); the team raises it.
 IMAGE_TAG = "0.1.0"
 FLOWS = "flows"
