@@ -251,8 +251,10 @@ def test_the_class_archive_lives_in_its_virtualenv_and_earlier_kits_archives_are
     said: list[str] = []
     assert remove_cached_archives(jars, said.append) == 2
     assert said == [
-        f"removed 2 class archives of earlier kits from {jars / 'spark'} (6 MB); each "
-        "virtualenv now keeps its own"
+        (
+            f"removed 2 class archives of earlier kits from {jars / 'spark'} (6 MB); each "
+            "virtualenv now keeps its own"
+        )
     ]
     assert sorted(p.name for p in (jars / "spark").iterdir()) == ["lib"]
     assert all(path.read_bytes() == b"jar" for path in kept)
