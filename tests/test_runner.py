@@ -200,6 +200,30 @@ def test_a_command_hands_over_only_to_a_socket_in_a_folder_of_its_own(tmp_path: 
         listener.close()
 
 
+def test_a_job_taken_tells_only_the_processes_still_warming_to_leave_the_rest(
+    tmp_path: Path,
+) -> None:
+    """A process that has answered its job computes the state of the tables it wrote until
+    the next job starts; the runner tells it so then, and tells no process whose job is still
+    running."""
+    import socket
+
+    from streamshift.local.runner import YIELD, Runner, _Child, _readable
+
+    runner = Runner(f"sc://127.0.0.1:{free_port()}", tmp_path / "runner.sock")
+    ends = {}
+    for pid, name in enumerate(("warming", "running", "new"), start=1):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        runner.children[pid] = _Child(pid, ours, answered=name == "warming")
+        ends[name] = theirs
+    command, _ = socket.socketpair()
+    socket.send_fds(ends["new"], [b"taken"], [command.fileno()])
+    runner._from_child(runner.children[3])
+    assert runner.children[3].client is not None  # the new job's command, relayed
+    assert ends["warming"].recv(16) == YIELD
+    assert not _readable(ends["running"]) and not _readable(ends["new"])
+
+
 def test_a_runner_whose_engine_is_gone_stops() -> None:
     url = f"sc://127.0.0.1:{free_port()}"
     done = subprocess.run(

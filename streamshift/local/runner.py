@@ -16,7 +16,9 @@ command's Ctrl-C and SIGTERM reach it, it is SIGKILLed when the command's connec
 with the status a killed command has. Once it has answered a job that succeeded, the job's
 process computes the state of the Delta tables it committed to (listing their files) while the
 engine is otherwise idle, so that the next job's MERGE into them finds the state of their latest
-version computed; then it exits.
+version computed; then it exits. When the next job starts first, the process leaves the tables
+it has not reached yet to that job, which computes the state it needs as it goes, instead of
+taking the engine's cores from it (bench/engine_latency.py's back-to-back corrections).
 
 A command runs the job in a Connect session of its own, as without a runner, when none
 answers: no runner started, an engine on another host, or no process ready within
@@ -58,6 +60,8 @@ RESTART_BACKOFF_MOST_SECONDS = 60.0
 # How often a ready process, waiting for a command, keeps its engine session open.
 KEEPALIVE_SECONDS = 300.0
 _HEADER = struct.Struct("!I")
+# The runner to a process that has answered its job: another job has started.
+YIELD = b"yield"
 
 
 def socket_path(port: int) -> Path:
@@ -256,6 +260,10 @@ class Runner:
             self.selector.register(child.client, selectors.EVENT_READ, ("command", child.pid))
             if self.ready is child:
                 self.ready = None
+            for other in self.children.values():  # still warming what the job before wrote
+                if other.answered:
+                    with contextlib.suppress(OSError):
+                        other.control.send(YIELD)
         elif message.startswith(b"rc:"):
             self._answer(child, int(message[3:]))
 
@@ -446,8 +454,8 @@ def _serve_one(listener: socket.socket, control: socket.socket, url: str, parent
     os.dup2(null, 1)
     os.dup2(null, 2)
     # After a job that did not end well (interrupted, refused) the process just exits.
-    if status == 0:
-        warm_state(spark, tables_written())
+    if status == 0:  # until the runner says another job has started
+        warm_state(spark, tables_written(), stop=lambda: _readable(control))
     spark.stop()
     return status
 

@@ -55,11 +55,15 @@ def read(spark: SparkSession, path: str, version: int | None = None) -> DataFram
     return reader.load(path)
 
 
-def warm_state(spark: SparkSession, paths: Iterable[str]) -> None:
+def warm_state(
+    spark: SparkSession, paths: Iterable[str], stop: Callable[[], bool] = lambda: False
+) -> None:
     """Have Spark compute the state of each table's latest version (listing its files does),
     so the next reader or MERGE starts from it instead of computing it first. A table
-    dropped meanwhile is skipped."""
+    dropped meanwhile is skipped; once ``stop()`` says so, the tables left are."""
     for path in paths:
+        if stop():
+            return
         with contextlib.suppress(Exception):
             read(spark, path).inputFiles()
 
