@@ -31,8 +31,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQueryListener
 
-from streamshift.engine.jobs.serve import phases
-from streamshift.engine.jobs.stream import _offsets, kafka_stream
+from streamshift.engine.jobs.stream import _offsets, kafka_stream, phases
 from streamshift.engine.spark import get_spark
 from streamshift.spec.registry import get_flow
 from streamshift.spec.settings import load_settings
@@ -119,6 +118,7 @@ def main() -> int:
                 args.progress,
                 {
                     "batch_id": p.batchId,
+                    "timestamp": p.timestamp,
                     "input_rows": p.numInputRows,
                     "views_committed_at": committed.get(p.batchId),
                     "duration_ms": p.durationMs.get("triggerExecution"),

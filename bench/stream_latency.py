@@ -85,6 +85,25 @@ def _wait_caught_up(
     raise SystemExit(f"{job.args} did not catch up in time")
 
 
+def _tree_cpu(pid: int) -> float:
+    """CPU seconds used so far by process ``pid`` and its descendants (its JVM), from /proc."""
+    parent, ticks = {}, {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        child = int(stat.parent.name)
+        parent[child] = int(fields[1])
+        ticks[child] = int(fields[11]) + int(fields[12])  # utime + stime
+    tree, grew = {pid}, True
+    while grew:
+        more = {c for c, p in parent.items() if p in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return sum(ticks.get(p, 0) for p in tree) / os.sysconf("SC_CLK_TCK")
+
+
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -144,7 +163,18 @@ def _measure(
 
             return report
 
+        idle = None
+        if args.idle_seconds:
+            print(f"[bench] {label}: idle for {args.idle_seconds:g}s", flush=True)
+            time.sleep(5)  # the warm-up's last batch and its side work end
+            idle_before = [_tree_cpu(job.pid) for job in jobs]
+            time.sleep(args.idle_seconds)
+            idle = [
+                (_tree_cpu(j.pid) - b) * 60 / args.idle_seconds
+                for j, b in zip(jobs, idle_before, strict=True)
+            ]
         print(f"[bench] {label}: {len(measured)} events at {args.rate:g}/s", flush=True)
+        cpu_before = [_tree_cpu(job.pid) for job in jobs]
         started = time.monotonic()
         for i, row in enumerate(measured):
             # poll returns at the first delivery report: wait until the event's time is due
@@ -165,13 +195,19 @@ def _measure(
                 print(f"[bench] {i} sent; not yet visible: {behind}", flush=True)
         producer.flush(60)
         caught_up(len(warmup) + len(measured), 900)
+        minutes = (time.monotonic() - started) / 60
+        cpu = [(_tree_cpu(j.pid) - b) / minutes for j, b in zip(jobs, cpu_before, strict=True)]
     finally:
         for job in jobs:
             job.send_signal(signal.SIGTERM)
         for job, log in zip(jobs, logs, strict=True):
             job.wait(120)
             log.close()
-    return {p.name: _latencies(p, topic, sent_at, acked) for p in group}
+    return {
+        p.name: _latencies(p, topic, sent_at, acked)
+        | {"cpu_per_minute": c, "idle_cpu_per_minute": idle[n] if idle else None}
+        for n, (p, c) in enumerate(zip(group, cpu, strict=True))
+    }
 
 
 def _latencies(
@@ -183,16 +219,21 @@ def _latencies(
         b for b in read_progress(pipeline.progress) if b.get(visible) and b.get("input_rows")
     ]
     samples = []  # (sent at, latency)
+    waits = []  # the batch's trigger fired − sent: what an event waits before its batch starts
     for i, (partition, offset) in acked.items():
         for b in batches:
             start = (b.get("start_offsets") or {}).get(topic, {}).get(str(partition), 0)
             end = (b.get("processed_offsets") or {}).get(topic, {}).get(str(partition), 0)
             if start <= offset < end:
                 samples.append((sent_at[i], b[visible] - sent_at[i]))
+                if b.get("timestamp"):
+                    fired = dt.datetime.fromisoformat(b["timestamp"])
+                    waits.append(fired.timestamp() - sent_at[i])
                 break
     first_sent = min(sent_at.values())
     return {
         "latencies": [latency for _, latency in samples],
+        "waits": waits,
         "samples": sorted(samples),
         "sampled": len(sent_at),
         "batches": [b for b in batches if b[visible] > first_sent],
@@ -221,6 +262,24 @@ def _report(pipeline: Pipeline, result: dict[str, Any]) -> None:
     jobs = [b["spark_jobs"] for b in batches if b.get("spark_jobs") is not None]
     if jobs:
         print(f"  spark jobs: median {statistics.median(jobs):.0f} per batch, max {max(jobs)}")
+    phases: dict[str, list[float]] = {}
+    for b in batches:
+        for phase, seconds in (b.get("spark_phases") or {}).items():
+            phases.setdefault(phase, []).append(seconds)
+    if phases:
+        medians = ", ".join(f"{k} {statistics.median(v):.2f}s" for k, v in phases.items())
+        print(f"  Spark's phases (median): {medians}")
+    if result.get("waits"):
+        print(
+            f"  before the batch: median {statistics.median(result['waits']):.2f}s from sent to "
+            "the trigger that took it (negative: the batch had started, the event came in time)"
+        )
+    print(
+        f"  CPU while measured: {result['cpu_per_minute']:.1f} CPU-s a minute (the job's "
+        "process and its JVM)"
+    )
+    if result.get("idle_cpu_per_minute") is not None:
+        print(f"  CPU while idle: {result['idle_cpu_per_minute']:.2f} CPU-s a minute")
     for q in (0.50, 0.95, 0.99):
         print(f"  latency p{round(q * 100)}: {_percentile(latencies, q):.2f} s")
     print(f"  latency max: {max(latencies):.2f} s")
@@ -274,6 +333,13 @@ def parser(doc: str, seconds: float, pipelines: list[str]) -> argparse.ArgumentP
         default=0,
         help="run the streamshift pipeline at this CPU niceness (e.g. 10): beside `serving` on "
         "the same cores, the durable writer takes what serving leaves",
+    )
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=0,
+        help="after the warm-up, measure each job's CPU for this long with no events (what its "
+        "trigger costs a stream that waits)",
     )
     parser.add_argument("--workdir", type=Path, default=None)
     return parser

@@ -168,7 +168,6 @@ def stream_running(spark, settings: Settings, topic: str, flow: Flow = FLOW):  #
                 settings,
                 flow,
                 "stream",
-                trigger="1 second",
                 topic=topic,
                 handle_signals=False,
                 echo=False,

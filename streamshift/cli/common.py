@@ -85,14 +85,15 @@ def trigger_arg(text: str) -> str:
     return f"{number} {unit if unit.endswith('s') else unit + 's'}"
 
 
-def trigger_options(p: argparse.ArgumentParser) -> None:
+def trigger_options(p: argparse.ArgumentParser, default: str = "1 seconds") -> None:
     """--trigger or --available-now, for the commands that run a streaming query."""
     mode = p.add_mutually_exclusive_group()
+    shown = default.replace(" milliseconds", "ms").replace(" seconds", "s")
     mode.add_argument(
         "--trigger",
-        default="1 seconds",
+        default=default,
         type=trigger_arg,
-        help="micro-batch interval, e.g. 1s, 500ms, 2m (default 1s)",
+        help=f"micro-batch interval, e.g. 1s, 500ms, 2m (default {shown})",
     )
     mode.add_argument(
         "--available-now", action="store_true", help="process what the topic holds now, then stop"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from streamshift.cli.common import UserError, date_arg, spark_session, trigger_options
+from streamshift.spec.contract import STREAM_TRIGGER
 from streamshift.spec.settings import load_settings
 
 
@@ -142,7 +143,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument(
         "--layer", choices=["batch", "stream"], default="stream", help="the layer it writes"
     )
-    trigger_options(p)
+    trigger_options(p, default=STREAM_TRIGGER)
     p.add_argument("--topic", help="topic (default: the flow's name)")
     p.set_defaults(handler=_cmd_stream)
 

@@ -29,3 +29,8 @@ VERSION_CONFLICT_RULE = "version_conflict"
 # Where `streamshift serve`'s state processor runs (named here so the CLI's parser needs no
 # Spark module: every command, the JVM-free reads among them, builds the whole parser).
 SERVE_ENGINES = ("jvm", "python")
+# The stream job's default micro-batch interval (`streamshift stream --trigger`), for the same
+# reason. An idle query asks Kafka for new offsets at each trigger, about 5 ms of CPU each: at
+# 200 ms a lone event waits 0.1 s for its batch on average (0.5 s at 1 s), for 2.7 instead of
+# 1.5 CPU-s a minute while the stream waits (BENCHMARKS.md's trigger row).
+STREAM_TRIGGER = "200 milliseconds"

@@ -374,19 +374,6 @@ class _Heartbeat:
             self.save()
 
 
-def phases(progress: Any) -> dict[str, float]:
-    """Where a micro-batch's time went: Spark's phases, and the state store's share of them."""
-    seconds = {
-        k: v / 1000
-        for k, v in progress.durationMs.items()
-        if k in ("latestOffset", "queryPlanning", "addBatch", "walCommit")
-    }
-    for name, metric in (("state updates", "allUpdatesTimeMs"), ("state commit", "commitTimeMs")):
-        if progress.stateOperators:
-            seconds[name] = sum(getattr(op, metric) for op in progress.stateOperators) / 1000
-    return seconds
-
-
 VIEW_MARKER = "streamshift-view.json"  # beside the checkpoint: the view logic its state holds
 
 
@@ -472,7 +459,7 @@ def run_serve(
     from pyspark.sql import functions as F
 
     from streamshift.engine.decode import decode
-    from streamshift.engine.jobs.stream import _offsets, kafka_stream
+    from streamshift.engine.jobs.stream import _offsets, kafka_stream, phases
     from streamshift.engine.write.target import load_reference
     from streamshift.engine.write.transforms import checked_changes
 

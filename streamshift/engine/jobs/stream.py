@@ -33,7 +33,7 @@ from streamshift.engine.decode import decode
 from streamshift.engine.versions import FlowChangedError, ensure_deployed, still_deployed
 from streamshift.engine.write.apply import PRUNE_KEYS_BELOW, ApplyResult, apply_changes
 from streamshift.engine.write.target import Target, read, warm_state
-from streamshift.spec.contract import MALFORMED, SOURCE_REF
+from streamshift.spec.contract import MALFORMED, SOURCE_REF, STREAM_TRIGGER
 from streamshift.spec.errors import StreamshiftError
 from streamshift.spec.flow import Flow
 from streamshift.store import heartbeat
@@ -321,6 +321,19 @@ def _offsets(text: str | None) -> dict[str, dict[str, int]] | None:
     return value if isinstance(value, dict) else None
 
 
+def phases(progress: Any) -> dict[str, float]:
+    """Where a micro-batch's time went: Spark's phases, and the state store's share of them."""
+    seconds = {
+        k: v / 1000
+        for k, v in progress.durationMs.items()
+        if k in ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
+    }
+    for name, metric in (("state updates", "allUpdatesTimeMs"), ("state commit", "commitTimeMs")):
+        if progress.stateOperators:
+            seconds[name] = sum(getattr(op, metric) for op in progress.stateOperators) / 1000
+    return seconds
+
+
 def niceness(spark: SparkSession) -> dict[str, int]:
     """CPU niceness of the driver's Python process and of its JVM (STREAMSHIFT_STREAM_NICE)."""
     jvm = spark.sparkContext._jvm
@@ -402,6 +415,7 @@ class ProgressRecorder(StreamingQueryListener):
             "views_committed_at": result.views_committed_at if result else None,
             "seconds_by_step": result.seconds_by_step if result else None,
             "spark_jobs": result.spark_jobs if result else None,
+            "spark_phases": phases(p),
             "views_from": result.views_from if result else None,
             "accepted": result.accepted if result else None,
             "rejected": result.rejected if result else None,
@@ -502,7 +516,7 @@ def run_stream(
     flow: Flow,
     layer: str = "stream",
     *,
-    trigger: str = "1 second",
+    trigger: str = STREAM_TRIGGER,
     available_now: bool = False,
     topic: str | None = None,
     handle_signals: bool = True,
