@@ -240,6 +240,15 @@ def _latencies(
     }
 
 
+def _median_seconds(batches: list[dict[str, Any]], field: str) -> str:
+    """The batches' ``field`` (seconds by name) as each name's median, or "" if none has it."""
+    seconds: dict[str, list[float]] = {}
+    for b in batches:
+        for name, value in (b.get(field) or {}).items():
+            seconds.setdefault(name, []).append(value)
+    return ", ".join(f"{k} {statistics.median(v):.2f}s" for k, v in seconds.items())
+
+
 def _report(pipeline: Pipeline, result: dict[str, Any]) -> None:
     batches, latencies = result["batches"], result["latencies"]
     sizes = [b["input_rows"] for b in batches]
@@ -252,23 +261,13 @@ def _report(pipeline: Pipeline, result: dict[str, Any]) -> None:
         f"  batches:    {len(batches)}, median {statistics.median(sizes):.0f} events, "
         f"median duration {statistics.median(durations):.1f}s, max {max(durations):.1f}s"
     )
-    steps: dict[str, list[float]] = {}
-    for b in batches:
-        for step, seconds in (b.get("seconds_by_step") or {}).items():
-            steps.setdefault(step, []).append(seconds)
-    if steps:
-        medians = ", ".join(f"{k} {statistics.median(v):.2f}s" for k, v in steps.items())
-        print(f"  median step: {medians}")
+    if steps := _median_seconds(batches, "seconds_by_step"):
+        print(f"  median step: {steps}")
     jobs = [b["spark_jobs"] for b in batches if b.get("spark_jobs") is not None]
     if jobs:
         print(f"  spark jobs: median {statistics.median(jobs):.0f} per batch, max {max(jobs)}")
-    phases: dict[str, list[float]] = {}
-    for b in batches:
-        for phase, seconds in (b.get("spark_phases") or {}).items():
-            phases.setdefault(phase, []).append(seconds)
-    if phases:
-        medians = ", ".join(f"{k} {statistics.median(v):.2f}s" for k, v in phases.items())
-        print(f"  Spark's phases (median): {medians}")
+    if phases := _median_seconds(batches, "spark_phases"):
+        print(f"  Spark's phases (median): {phases}")
     if result.get("waits"):
         print(
             f"  before the batch: median {statistics.median(result['waits']):.2f}s from sent to "
