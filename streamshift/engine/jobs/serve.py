@@ -558,6 +558,7 @@ def run_serve(
                 progress,
                 {
                     "batch_id": p.batchId,
+                    "timestamp": p.timestamp,
                     "input_rows": p.numInputRows,
                     "published": published,
                     "visible_at": at,
