@@ -64,7 +64,7 @@ from streamshift.spec.settings import Settings, load_settings
 from streamshift.store.events import encode_event, serving_topic
 from streamshift.store.heartbeat import logged_events, progress_path, read_progress
 from streamshift.store.kafka import ensure_topic, producer_config
-from streamshift.store.processes import free_port
+from streamshift.store.processes import cpu_seconds, free_port, process_stats
 from streamshift.store.produce import produce_rows, read_rows
 
 DAY = dt.date(2026, 11, 20)
@@ -86,22 +86,14 @@ def _wait_caught_up(
 
 
 def _tree_cpu(pid: int) -> float:
-    """CPU seconds used so far by process ``pid`` and its descendants (its JVM), from /proc."""
-    parent, ticks = {}, {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # gone meanwhile
-        child = int(stat.parent.name)
-        parent[child] = int(fields[1])
-        ticks[child] = int(fields[11]) + int(fields[12])  # utime + stime
+    """CPU seconds used so far by process ``pid`` and its descendants (its JVM)."""
+    stats = dict(process_stats())
     tree, grew = {pid}, True
     while grew:
-        more = {c for c, p in parent.items() if p in tree} - tree
+        more = {c for c, fields in stats.items() if int(fields[1]) in tree} - tree
         tree |= more
         grew = bool(more)
-    return sum(ticks.get(p, 0) for p in tree) / os.sysconf("SC_CLK_TCK")
+    return sum(cpu_seconds(stats[p]) for p in tree if p in stats)
 
 
 def _percentile(values: list[float], q: float) -> float:
