@@ -108,6 +108,8 @@ def test_new_amend_cancel_out_of_order_duplicates_replays_and_moves(
     ]
     result = apply(second)
     assert result.applied == 2
+    # current state (deletion vectors and all) read for the views through deltalake
+    assert (result.views_from, result.views_read) == ("table", "deltalake")
     assert current(spark, target) == {
         "a": (2, D1, DELTA1, 100, False),
         "b": (2, D2, None, None, True),
@@ -152,6 +154,44 @@ def test_new_amend_cancel_out_of_order_duplicates_replays_and_moves(
     assert positions(spark, target) == {(D1, DELTA1, "AAPL"): (100, 1)}
     feed = changes_after(spark, view_path, view_version)
     assert [(r._change_type, r.book, r.net_quantity) for r in feed] == [("delete", FLOWB, 57)]
+
+
+@pytest.mark.parametrize("read_by", ["deltalake", "spark: many groups", "spark: unreadable"])
+def test_views_recomputed_from_current_state_read_either_way_agree(  # type: ignore[no-untyped-def]
+    spark, target, monkeypatch, capfd, read_by
+) -> None:
+    """A correction's view groups come from current state as the apply's own MERGE left it:
+    read through deltalake in the apply's process, or through Spark where that cannot be (too
+    many groups, or a table deltalake fails on: said once, then Spark for that table)."""
+    from streamshift.engine.write import views
+
+    if read_by == "spark: many groups":
+        monkeypatch.setattr(views, "READ_HERE_GROUPS", 0)
+    if read_by == "spark: unreadable":
+
+        def unreadable(path: str, where: str) -> None:
+            raise OSError("no such reader feature\nsecond line")
+
+        monkeypatch.setattr(views.delta_rows, "latest_rows", unreadable)
+        monkeypatch.setattr(views, "_NOT_READ_HERE", set())
+    apply = lambda rows: apply_changes(FLOW, frame(spark, rows), "test", target)
+    apply([trade(k, 1, quantity=q) for k, q in (("a", 10), ("b", 20), ("c", 30))])
+    apply([trade("e", 1, date=D1, book=DELTA1, quantity=5)])
+    for n, batch in enumerate(
+        [
+            [trade("a", 2, event="AMEND", quantity=11)],
+            [trade("b", 2, event="AMEND", date=D1, book=DELTA1, quantity=20)],
+            [trade("c", 2, event="CANCEL"), trade("d", 1, quantity=40)],
+        ]
+    ):
+        result = apply(batch)
+        assert (result.views_from, result.views_read) == ("table", read_by.split(":")[0])
+    assert positions(spark, target) == {
+        (D2, FLOWB, "AAPL"): (11 + 40, 2),
+        (D1, DELTA1, "AAPL"): (5 + 20, 2),
+    }
+    said = capfd.readouterr().err.count("read through Spark from now on (OSError: no such")
+    assert said == (1 if read_by == "spark: unreadable" else 0)
 
 
 def test_correction_is_a_retraction_plus_new_value_in_the_change_feed(spark, target) -> None:  # type: ignore[no-untyped-def]

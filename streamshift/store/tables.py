@@ -9,6 +9,7 @@ session time zone UTC): timestamps as naive UTC datetimes, decimals as ``Decimal
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +73,67 @@ def _opened(path: str | Path) -> Any:
     table = DeltaTable(name)
     _OPENED[name] = (newest, table)
     return table
+
+
+# Tables a long-lived writer reads again after each of its own commits (the write path's
+# view recompute): each is brought forward by the commits since instead of opened anew. Spark
+# computes a new version's whole file list before its first read of it; this reads the new
+# version's files in milliseconds (bench/view_read.py).
+_FOLLOWED: dict[str, tuple[Any, int | None]] = {}  # path -> (DeltaTable, its commit's mtime)
+_FOLLOWING = threading.Lock()
+FOLLOWED_AT_MOST = 32  # the tables read longest ago are let go
+
+
+def _commit_time(path: str, version: int) -> int | None:
+    try:
+        return (Path(path) / "_delta_log" / f"{version:020d}.json").stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def latest_rows(path: str, where: str) -> tuple[int, str, pa.Table]:
+    """(version, schema, rows): the table's newest version, its schema (Delta's JSON) and its
+    rows matching the DataFusion condition ``where`` (from :func:`any_of`), columns in the
+    schema's order, timestamps tz-aware UTC. A table this process read before is brought
+    forward; one deleted and written again at the same path is opened anew."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, QueryBuilder
+
+    with _FOLLOWING:
+        known = _FOLLOWED.get(path)
+        if (
+            known is not None
+            and known[1] is not None
+            and _commit_time(path, known[0].version()) == known[1]
+        ):
+            table = known[0]
+            table.update_incremental()
+        else:
+            table = DeltaTable(path)
+        version = table.version()
+        _FOLLOWED.pop(path, None)
+        _FOLLOWED[path] = (table, _commit_time(path, version))  # the newest last
+        while len(_FOLLOWED) > FOLLOWED_AT_MOST:
+            del _FOLLOWED[next(iter(_FOLLOWED))]
+        schema = table.schema()
+        selected = ", ".join(f'"{f.name}"' for f in schema.fields)
+        builder = QueryBuilder().register("t", table)
+        read = builder.execute(f"SELECT {selected} FROM t WHERE {where}")
+        return version, schema.to_json(), pa.RecordBatchReader.from_stream(read).read_all()
+
+
+def any_of(columns: list[str], groups: list[tuple[Any, ...]]) -> str:
+    """A DataFusion condition: the row's ``columns`` equal one of ``groups`` (None: null)."""
+    if not groups:
+        return "FALSE"
+    terms = (
+        " AND ".join(
+            f'"{c}" IS NULL' if v is None else f'"{c}" = {_literal(v)}'
+            for c, v in zip(columns, group, strict=True)
+        )
+        for group in groups
+    )
+    return " OR ".join(f"({t})" for t in terms)
 
 
 def query(sql: str, tables: dict[str, str | Path]) -> pa.Table:

@@ -117,6 +117,8 @@ class ApplyResult:
     # What the views were recomputed from: "table" (current state as stored), "batch" (a new
     # day's rows, held in memory), or "batch, then table" (another writer committed meanwhile).
     views_from: str | None = None
+    # how current state was read for the views' recompute from the table: deltalake or spark
+    views_read: str | None = None
     # Rows that held fields (file columns, event fields) the flow does not declare, and their
     # names: ignored (the setting unknown_fields = refuse quarantines such events instead).
     unknown_rows: int = 0

@@ -14,6 +14,8 @@ commit came between, so the last writer to MERGE a group computed it from the la
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -24,13 +26,14 @@ from pyspark.sql import functions as F
 from streamshift.engine.write.commits import merge_into
 from streamshift.engine.write.predicates import isin, same_columns
 from streamshift.engine.write.steps import Steps
-from streamshift.engine.write.target import delta_log_version, read
+from streamshift.engine.write.target import delta_log_version, partition_bytes, read
 from streamshift.engine.write.transforms import changed_groups, recompute_view_groups
 from streamshift.spec import sqltext as sql
 from streamshift.spec.catalog import LayerTables
 from streamshift.spec.contract import IS_DELETED
 from streamshift.spec.flow import Flow
 from streamshift.spec.sqltext import Sql
+from streamshift.store import tables as delta_rows
 
 if TYPE_CHECKING:
     from streamshift.engine.write.apply import ApplyResult
@@ -91,8 +94,15 @@ def refresh_views(
 
     def from_table() -> int:
         """Recompute the groups from current state at its latest version; that version."""
-        version = delta_log_version(spark, tables.current)
-        recompute(read(spark, tables.current, version).where(isin(bd, touched_dates)))
+        read_here = groups_read_here(spark, flow, tables.current, touched, touched_dates)
+        if read_here is not None:
+            version, current = read_here
+            result.views_read = "deltalake"
+        else:
+            version = delta_log_version(spark, tables.current)
+            current = read(spark, tables.current, version).where(isin(bd, touched_dates))
+            result.views_read = "spark"
+        recompute(current)
         return version
 
     if batch is not None:
@@ -111,6 +121,70 @@ def refresh_views(
         if result.views_from == "batch":
             result.views_from = "batch, then table"
     result.views_committed_at = time.time()
+
+
+# Current state's rows for a view's recompute are read in the apply's process through
+# deltalake (else Spark) while the touched groups, summed over the views, are at most
+# ``READ_HERE_GROUPS``, the touched dates' files hold at most ``READ_HERE_BYTES`` and the rows
+# read number at most ``READ_HERE_ROWS``. Spark computes the whole file list of the version the
+# apply's own MERGE just made before its first read of it, on the apply's critical path;
+# deltalake brings its copy of the table forward by that one commit (bench/view_read.py).
+READ_HERE_GROUPS = 1_000
+READ_HERE_BYTES = 16 * 1024 * 1024
+READ_HERE_ROWS = 100_000
+_NOT_READ_HERE: set[str] = set()  # tables deltalake could not read (said once, then Spark)
+
+
+def groups_read_here(
+    spark: SparkSession,
+    flow: Flow,
+    path: str,
+    touched: set[tuple[object, ...]],
+    dates: Sequence[object],
+) -> tuple[int, DataFrame] | None:
+    """(version, rows): current state's newest version and its rows in the touched groups of
+    every view, read through deltalake and handed to Spark as local rows; ``None`` where Spark
+    reads them (a table on an object store, many groups or bytes, or one deltalake cannot read).
+
+    A read that holds a key twice (a deletion vector not applied) is not used."""
+    local = "://" not in path or path.startswith("file://")
+    if not local or path in _NOT_READ_HERE or not touched:
+        return None
+    groups: list[tuple[list[str], list[tuple[object, ...]]]] = []
+    for view in flow.views:
+        at = [flow.group_columns.index(c) for c in view.group_key]
+        groups.append(
+            (list(view.group_key), sorted({tuple(g[i] for i in at) for g in touched}, key=repr))
+        )
+    if sum(len(g) for _, g in groups) > READ_HERE_GROUPS:
+        return None
+    bd = flow.business_date
+    if partition_bytes(spark, path, bd, list(dates)) > READ_HERE_BYTES:
+        return None
+    import pyarrow.compute as pc
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    try:
+        where = " OR ".join(f"({delta_rows.any_of(c, g)})" for c, g in groups)
+        where = f"({delta_rows.any_of([bd], [(d,) for d in dates])}) AND ({where})"
+        version, schema_json, rows = delta_rows.latest_rows(path, where)
+        schema = StructType.fromJson(json.loads(schema_json))
+        rows = rows.cast(to_arrow_schema(schema, timezone="UTC"))
+        if rows.num_rows and pc.count_distinct(rows[flow.key]).as_py() != rows.num_rows:
+            raise ValueError(f"a key read twice at version {version}")
+        if rows.num_rows > READ_HERE_ROWS:
+            return None
+    except Exception as exc:  # noqa: BLE001 — any failure: Spark reads, as it always could
+        _NOT_READ_HERE.add(path)
+        print(
+            f"[write] {path}: read through Spark from now on ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''})",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
+    return version, spark.createDataFrame(rows, schema)
 
 
 def _merge_view(
