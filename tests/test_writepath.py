@@ -169,7 +169,7 @@ def test_views_recomputed_from_current_state_read_either_way_agree(  # type: ign
         monkeypatch.setattr(views, "READ_HERE_GROUPS", 0)
     if read_by == "spark: unreadable":
 
-        def unreadable(path: str, where: str) -> None:
+        def unreadable(path: str, column: str, dates: list) -> None:  # type: ignore[type-arg]
             raise OSError("no such reader feature\nsecond line")
 
         monkeypatch.setattr(views.delta_rows, "latest_rows", unreadable)

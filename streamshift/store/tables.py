@@ -91,14 +91,16 @@ def _commit_time(path: str, version: int) -> int | None:
         return None
 
 
-def latest_rows(path: str, where: str) -> tuple[int, str, pa.Table]:
+def latest_rows(path: str, column: str, dates: list[dt.date]) -> tuple[int, str, pa.Table]:
     """(version, schema, rows): the table's newest version, its schema (Delta's JSON) and its
-    rows matching the DataFusion condition ``where`` (from :func:`any_of`), columns in the
-    schema's order, timestamps tz-aware UTC. A table this process read before is brought
-    forward; one deleted and written again at the same path is opened anew."""
+    rows whose date ``column`` is one of ``dates``, columns in the schema's order, timestamps
+    tz-aware UTC. A table this process read before is brought forward; one deleted and written
+    again at the same path is opened anew."""
     import pyarrow as pa
     from deltalake import DeltaTable, QueryBuilder
 
+    if not all(type(d) is dt.date for d in dates):  # typed dates only reach the SQL text
+        raise TypeError(f"dates must be datetime.date values: {dates!r}")
     with _FOLLOWING:
         known = _FOLLOWED.get(path)
         if (
@@ -118,22 +120,8 @@ def latest_rows(path: str, where: str) -> tuple[int, str, pa.Table]:
         schema = table.schema()
         selected = ", ".join(f'"{f.name}"' for f in schema.fields)
         builder = QueryBuilder().register("t", table)
-        read = builder.execute(f"SELECT {selected} FROM t WHERE {where}")
+        read = builder.execute(f'SELECT {selected} FROM t WHERE "{column}" IN {_literal(dates)}')
         return version, schema.to_json(), pa.RecordBatchReader.from_stream(read).read_all()
-
-
-def any_of(columns: list[str], groups: list[tuple[Any, ...]]) -> str:
-    """A DataFusion condition: the row's ``columns`` equal one of ``groups`` (None: null)."""
-    if not groups:
-        return "FALSE"
-    terms = (
-        " AND ".join(
-            f'"{c}" IS NULL' if v is None else f'"{c}" = {_literal(v)}'
-            for c, v in zip(columns, group, strict=True)
-        )
-        for group in groups
-    )
-    return " OR ".join(f"({t})" for t in terms)
 
 
 def query(sql: str, tables: dict[str, str | Path]) -> pa.Table:

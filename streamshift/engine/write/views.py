@@ -14,11 +14,12 @@ commit came between, so the last writer to MERGE a group computed it from the la
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sys
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -36,6 +37,8 @@ from streamshift.spec.sqltext import Sql
 from streamshift.store import tables as delta_rows
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from streamshift.engine.write.apply import ApplyResult
 
 # Views with fewer touched groups than this are MERGEd from rows collected to the driver.
@@ -166,11 +169,11 @@ def groups_read_here(
     from pyspark.sql.types import StructType
 
     try:
-        where = " OR ".join(f"({delta_rows.any_of(c, g)})" for c, g in groups)
-        where = f"({delta_rows.any_of([bd], [(d,) for d in dates])}) AND ({where})"
-        version, schema_json, rows = delta_rows.latest_rows(path, where)
+        version, schema_json, rows = delta_rows.latest_rows(
+            path, bd, [cast(dt.date, d) for d in dates]
+        )
         schema = StructType.fromJson(json.loads(schema_json))
-        rows = rows.cast(to_arrow_schema(schema, timezone="UTC"))
+        rows = _in_groups(rows.cast(to_arrow_schema(schema, timezone="UTC")), groups)
         if rows.num_rows and pc.count_distinct(rows[flow.key]).as_py() != rows.num_rows:
             raise ValueError(f"a key read twice at version {version}")
         if rows.num_rows > READ_HERE_ROWS:
@@ -185,6 +188,25 @@ def groups_read_here(
         )
         return None
     return version, spark.createDataFrame(rows, schema)
+
+
+def _in_groups(
+    rows: pa.Table, groups: list[tuple[list[str], list[tuple[object, ...]]]]
+) -> pa.Table:
+    """The ``rows`` in one of each view's touched groups: a semi-join on the group columns, as
+    the recompute's own (a null matches nothing)."""
+    import pyarrow as pa
+
+    indexed = rows.append_column("__row", pa.array(range(rows.num_rows), pa.int64()))
+    keep: set[int] = set()
+    for columns, values in groups:
+        wanted = pa.Table.from_pylist(
+            [dict(zip(columns, g, strict=True)) for g in values if None not in g],
+            schema=pa.schema([rows.schema.field(c) for c in columns]),
+        )
+        kept = indexed.select([*columns, "__row"]).join(wanted, keys=columns, join_type="left semi")
+        keep.update(kept["__row"].to_pylist())
+    return rows.take(pa.array(sorted(keep), pa.int64()))
 
 
 def _merge_view(
