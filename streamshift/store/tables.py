@@ -48,40 +48,17 @@ def exists(path: str | Path) -> bool:
     return (Path(path) / "_delta_log").is_dir()
 
 
-# Each table's last opened snapshot, by path, with the newest log entry it was opened at. An
+# Each table a process read lately, by path, with the time of the commit it was read at. An
 # answer reads a table more than once (explain: the view, current state and history twice
-# each), and opening one replays its log (bench/trace_explain.py). A commit
-# adds a log entry, so a changed table is opened again.
-_OPENED: dict[str, tuple[str, Any]] = {}  # path -> (newest commit, DeltaTable)
-
-
-def _opened(path: str | Path) -> Any:
-    """The table's ``DeltaTable``, as of its newest commit."""
-    import os
-
-    from deltalake import DeltaTable
-
-    name = str(path)
-    log = Path(name) / "_delta_log"
-    commits = (e for e in os.listdir(log) if e.endswith(".json"))
-    newest = max(commits, default="")
-    # With its time: a table deleted and written again at the same path starts over at 0.
-    newest += f"@{(log / newest).stat().st_mtime_ns}" if newest else ""
-    known = _OPENED.get(name)
-    if known is not None and known[0] == newest:
-        return known[1]
-    table = DeltaTable(name)
-    _OPENED[name] = (newest, table)
-    return table
-
-
-# Tables a long-lived writer reads again after each of its own commits (the write path's
-# view recompute): each is brought forward by the commits since instead of opened anew. Spark
-# computes a new version's whole file list before its first read of it; this reads the new
-# version's files in milliseconds (bench/view_read.py).
-_FOLLOWED: dict[str, tuple[Any, int | None]] = {}  # path -> (DeltaTable, its commit's mtime)
-_FOLLOWING = threading.Lock()
-FOLLOWED_AT_MOST = 32  # the tables read longest ago are let go
+# each), and a long-lived writer reads the tables it just wrote again (the write path's view
+# recompute). A table read before is brought forward by the commits since instead of opened
+# anew, which replays its log (bench/trace_explain.py); Spark computes a new version's whole
+# file list before its first read of it, this reads the new version's files in milliseconds
+# (bench/view_read.py). A table deleted and written again at the same path is opened anew:
+# the commit it was read at has another time, or is gone.
+_KNOWN: dict[str, tuple[Any, int | None]] = {}  # path -> (DeltaTable, its commit's mtime)
+_KNOWING = threading.Lock()
+KNOWN_AT_MOST = 32  # the tables read longest ago are let go
 
 
 def _commit_time(path: str, version: int) -> int | None:
@@ -91,37 +68,40 @@ def _commit_time(path: str, version: int) -> int | None:
         return None
 
 
-def latest_rows(path: str, column: str, dates: list[dt.date]) -> tuple[int, str, pa.Table]:
-    """(version, schema, rows): the table's newest version, its schema (Delta's JSON) and its
-    rows whose date ``column`` is one of ``dates``, columns in the schema's order, timestamps
-    tz-aware UTC. A table this process read before is brought forward; one deleted and written
-    again at the same path is opened anew."""
-    import pyarrow as pa
-    from deltalake import DeltaTable, QueryBuilder
+def _registered(builder: Any, name: str, path: str | Path) -> tuple[Any, int, Any]:
+    """(builder, version, schema): ``builder`` with the table at ``path`` registered as
+    ``name``, as of its newest commit, that commit's version and the table's schema then (a
+    query holds the version it was registered at, whatever commits come after)."""
+    from deltalake import DeltaTable
 
-    if not all(type(d) is dt.date for d in dates):  # typed dates only reach the SQL text
-        raise TypeError(f"dates must be datetime.date values: {dates!r}")
-    with _FOLLOWING:
-        known = _FOLLOWED.get(path)
-        if (
-            known is not None
-            and known[1] is not None
-            and _commit_time(path, known[0].version()) == known[1]
-        ):
+    path = str(path)
+    with _KNOWING:
+        known = _KNOWN.pop(path, None)
+        if known is not None and _commit_time(path, known[0].version()) == known[1]:
             table = known[0]
             table.update_incremental()
         else:
             table = DeltaTable(path)
         version = table.version()
-        _FOLLOWED.pop(path, None)
-        _FOLLOWED[path] = (table, _commit_time(path, version))  # the newest last
-        while len(_FOLLOWED) > FOLLOWED_AT_MOST:
-            del _FOLLOWED[next(iter(_FOLLOWED))]
-        schema = table.schema()
-        selected = ", ".join(f'"{f.name}"' for f in schema.fields)
-        builder = QueryBuilder().register("t", table)
-        read = builder.execute(f'SELECT {selected} FROM t WHERE "{column}" IN {_literal(dates)}')
-        return version, schema.to_json(), pa.RecordBatchReader.from_stream(read).read_all()
+        _KNOWN[path] = (table, _commit_time(path, version))  # the newest last
+        while len(_KNOWN) > KNOWN_AT_MOST:
+            del _KNOWN[next(iter(_KNOWN))]
+        return builder.register(name, table), version, table.schema()
+
+
+def latest_rows(path: str, column: str, dates: list[dt.date]) -> tuple[int, str, pa.Table]:
+    """(version, schema, rows): the table's newest version, its schema (Delta's JSON) and its
+    rows whose date ``column`` is one of ``dates``, columns in the schema's order, timestamps
+    tz-aware UTC."""
+    import pyarrow as pa
+    from deltalake import QueryBuilder
+
+    if not all(type(d) is dt.date for d in dates):  # typed dates only reach the SQL text
+        raise TypeError(f"dates must be datetime.date values: {dates!r}")
+    builder, version, schema = _registered(QueryBuilder(), "t", path)
+    selected = ", ".join(f'"{f.name}"' for f in schema.fields)
+    read = builder.execute(f'SELECT {selected} FROM t WHERE "{column}" IN {_literal(dates)}')
+    return version, schema.to_json(), pa.RecordBatchReader.from_stream(read).read_all()
 
 
 def query(sql: str, tables: dict[str, str | Path]) -> pa.Table:
@@ -135,7 +115,7 @@ def query(sql: str, tables: dict[str, str | Path]) -> pa.Table:
 
     builder = QueryBuilder()
     for name, path in tables.items():
-        builder = builder.register(name, _opened(path))
+        builder = _registered(builder, name, path)[0]
     # From the Arrow stream: pa.table() would first ask whether its argument is a pandas
     # DataFrame, and so import pandas (seconds of every read command's start).
     return _naive_utc(pa.RecordBatchReader.from_stream(builder.execute(sql)).read_all())
@@ -185,7 +165,9 @@ def column_names(path: str | Path) -> list[str]:
     """The table's columns (from its log; no data read); none when it was never written."""
     if not exists(path):
         return []
-    return [f.name for f in _opened(path).schema().fields]
+    from deltalake import QueryBuilder
+
+    return [f.name for f in _registered(QueryBuilder(), "t", path)[2].fields]
 
 
 def delta_tables(root: str | Path) -> list[Path]:

@@ -156,9 +156,7 @@ def groups_read_here(
     groups: list[tuple[list[str], list[tuple[object, ...]]]] = []
     for view in flow.views:
         at = [flow.group_columns.index(c) for c in view.group_key]
-        groups.append(
-            (list(view.group_key), sorted({tuple(g[i] for i in at) for g in touched}, key=repr))
-        )
+        groups.append((list(view.group_key), list({tuple(g[i] for i in at) for g in touched})))
     if sum(len(g) for _, g in groups) > READ_HERE_GROUPS:
         return None
     bd = flow.business_date
