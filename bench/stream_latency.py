@@ -17,6 +17,8 @@ as multiples of the floor's (BENCHMARKS.md holds the goals).
   MERGE committed, so a reader of the positions view sees the change.
 * ``streamshift-cold`` (not run by default): the same job with ``stream_warm_state`` off (no
   side thread computing the written tables' state after a batch), in a home of its own.
+* ``streamshift-debugging`` (not run by default): the same job with PySpark's DataFrame
+  debugging on (``spark_dataframe_debugging``), in a home of its own.
 * ``serving`` (not run by default): ``streamshift serve --flow trades`` — positions in Spark's
   state store, published per batch to a compacted topic; visible = the publish returned, so a
   consumer of the topic sees the change. When it runs beside
@@ -303,6 +305,7 @@ def parser(doc: str, seconds: float, pipelines: list[str]) -> argparse.ArgumentP
             "floor-merge",
             "streamshift",
             "streamshift-cold",
+            "streamshift-debugging",
             "serving",
             "serving-python",
         ],
@@ -461,21 +464,32 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Pipeline], dict[str, dict[s
             topic("trades"),
         ),
     }
-    cold = work / "home-cold"
-    pipelines["streamshift-cold"] = Pipeline(
-        "streamshift-cold",
-        pipelines["streamshift"].visible + " (no state warmed after a batch)",
-        [
-            *pipelines["streamshift"].command[:-4],
-            "--topic",
-            topic("trades-cold"),
-            "--trigger",
-            args.stream_trigger or args.trigger,
-        ],
-        progress_path(cold, "trades", "stream"),
-        topic("trades-cold"),
-        env={"STREAMSHIFT_HOME": str(cold), "STREAMSHIFT_STREAM_WARM_STATE": "false"},
-    )
+    variants = {  # the same job with one setting changed, in a home and on a topic of its own
+        "streamshift-cold": (
+            "no state warmed after a batch",
+            {"STREAMSHIFT_STREAM_WARM_STATE": "false"},
+        ),
+        "streamshift-debugging": (
+            "PySpark's DataFrame debugging on",
+            {"STREAMSHIFT_SPARK_DATAFRAME_DEBUGGING": "true"},
+        ),
+    }
+    for name, (what, changed) in variants.items():
+        home, own_topic = work / f"home-{name}", topic(name.replace("streamshift", "trades"))
+        pipelines[name] = Pipeline(
+            name,
+            f"{pipelines['streamshift'].visible} ({what})",
+            [
+                *pipelines["streamshift"].command[:-4],
+                "--topic",
+                own_topic,
+                "--trigger",
+                args.stream_trigger or args.trigger,
+            ],
+            progress_path(home, "trades", "stream"),
+            own_topic,
+            env={"STREAMSHIFT_HOME": str(home), **changed},
+        )
     results: dict[str, dict[str, Any]] = {}
     try:
         # Together: the floor (if asked for) still runs first on its own, the rest at once.
@@ -566,7 +580,13 @@ def main() -> int:
     )
     for name, result in results.items():
         _report(pipelines[name], result)
-    for name in ("streamshift", "streamshift-cold", "serving", "serving-python"):
+    for name in (
+        "streamshift",
+        "streamshift-cold",
+        "streamshift-debugging",
+        "serving",
+        "serving-python",
+    ):
         for floor_name in ("floor", "floor-merge"):
             if {floor_name, name} <= set(results):
                 for q, goal in ((0.50, "p50"), (0.99, "p99")):

@@ -143,3 +143,14 @@ def test_the_settings_command_masks_secrets(tmp_path: Path) -> None:
     assert any(
         "KAFKA_SASL_USERNAME" in line and "svc" in line for line in shown.stdout.splitlines()
     )
+
+
+def test_dataframe_debugging_is_off_unless_asked_for() -> None:
+    """PySpark's call-site recording (``spark.python.sql.dataFrameDebugging.enabled``, a
+    static conf) is set at session start from the setting: off by default."""
+    from streamshift.engine.spark import tuning_conf
+
+    key = "spark.python.sql.dataFrameDebugging.enabled"
+    assert tuning_conf(load_settings({}))[key] == "false"
+    asked = load_settings({"STREAMSHIFT_SPARK_DATAFRAME_DEBUGGING": "true"})
+    assert tuning_conf(asked)[key] == "true"

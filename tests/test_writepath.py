@@ -228,6 +228,11 @@ def test_small_dates_run_interpreted_and_the_session_gets_its_setting_back(  # t
     state than the threshold keeps generated code."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from pyspark.errors.utils import is_debugging_enabled
+
+    # The session records no Python call site per column function (bench/plan_build.py).
+    assert spark.conf.get("spark.python.sql.dataFrameDebugging.enabled") == "false"
+    assert is_debugging_enabled() is False
     mode = lambda: spark.conf.get("spark.sql.codegen.factoryMode")
     before = mode()
     assert before != "NO_CODEGEN"

@@ -130,6 +130,9 @@ def tuning_conf(settings: Settings) -> dict[str, str]:
         "spark.databricks.delta.merge.repartitionBeforeWrite.enabled": "true",
         "spark.sql.adaptive.enabled": "true",
         "spark.ui.enabled": str(settings.spark_ui).lower(),
+        "spark.python.sql.dataFrameDebugging.enabled": str(
+            settings.spark_dataframe_debugging
+        ).lower(),
         "spark.ui.showConsoleProgress": "false",
     }
 

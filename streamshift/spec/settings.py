@@ -152,6 +152,16 @@ class Settings:
     )
     engine_memory: str = _setting("3g", str, "driver memory of the local engine")
     spark_ui: bool = _setting(False, _bool, "start the Spark web UI")
+    # PySpark records the Python line of every column function for Spark's error messages
+    # (spark.python.sql.dataFrameDebugging.enabled): about 16 JVM round trips per call where
+    # the call itself is one, so a micro-batch's plan takes 1.7 times as long to build
+    # (bench/plan_build.py). Off unless asked for.
+    spark_dataframe_debugging: bool = _setting(
+        False,
+        _bool,
+        "PySpark's DataFrame debugging: Spark's runtime errors name the Python line that built "
+        "the failing expression, at about 16 JVM round trips per column function instead of one",
+    )
     # Every driver this kit starts works through up to a million rows at a time: on two cores
     # the throughput collector loads an EOD day and catches a stream up faster than G1, with
     # no latency lost (bench/eod_load.py, bench/stream_catchup.py).
