@@ -162,7 +162,8 @@ def test_views_recomputed_from_current_state_read_either_way_agree(  # type: ign
 ) -> None:
     """A correction's view groups come from current state as the apply's own MERGE left it:
     read through deltalake in the apply's process, or through Spark where that cannot be (too
-    many groups, or a table deltalake fails on: said once, then Spark for that table)."""
+    many groups, or a table deltalake fails on: said, then Spark for that table until a wait
+    is over, then deltalake again)."""
     from streamshift.engine.write import views
 
     if read_by == "spark: many groups":
@@ -172,8 +173,9 @@ def test_views_recomputed_from_current_state_read_either_way_agree(  # type: ign
         def unreadable(path: str, column: str, dates: list) -> None:  # type: ignore[type-arg]
             raise OSError("no such reader feature\nsecond line")
 
+        readable = views.delta_rows.latest_rows
         monkeypatch.setattr(views.delta_rows, "latest_rows", unreadable)
-        monkeypatch.setattr(views, "_NOT_READ_HERE", set())
+        monkeypatch.setattr(views, "_NOT_READ_HERE", {})
     apply = lambda rows: apply_changes(FLOW, frame(spark, rows), "test", target)
     apply([trade(k, 1, quantity=q) for k, q in (("a", 10), ("b", 20), ("c", 30))])
     apply([trade("e", 1, date=D1, book=DELTA1, quantity=5)])
@@ -190,8 +192,15 @@ def test_views_recomputed_from_current_state_read_either_way_agree(  # type: ign
         (D2, FLOWB, "AAPL"): (11 + 40, 2),
         (D1, DELTA1, "AAPL"): (5 + 20, 2),
     }
-    said = capfd.readouterr().err.count("read through Spark from now on (OSError: no such")
+    said = capfd.readouterr().err.count("min (OSError: no such reader feature)")
     assert said == (1 if read_by == "spark: unreadable" else 0)
+    if read_by == "spark: unreadable":
+        # Once the wait is over, the table is read through deltalake again.
+        monkeypatch.setattr(views.delta_rows, "latest_rows", readable)
+        monkeypatch.setattr(views, "READ_HERE_AGAIN_AFTER", 0.0)
+        result = apply([trade("d", 2, event="AMEND", quantity=41)])
+        assert result.views_read == "deltalake" and not views._NOT_READ_HERE
+        assert positions(spark, target)[(D2, FLOWB, "AAPL")] == (11 + 41, 2)
 
 
 def test_correction_is_a_retraction_plus_new_value_in_the_change_feed(spark, target) -> None:  # type: ignore[no-untyped-def]

@@ -69,8 +69,8 @@ def _commit_time(path: str, version: int) -> int | None:
 
 
 def _registered(builder: Any, name: str, path: str | Path) -> tuple[Any, int, Any]:
-    """(builder, version, schema): ``builder`` with the table at ``path`` registered as
-    ``name``, as of its newest commit, that commit's version and the table's schema then (a
+    """(builder, version, schema): ``builder`` (if any) with the table at ``path`` registered
+    as ``name``, as of its newest commit, that commit's version and the table's schema then (a
     query holds the version it was registered at, whatever commits come after)."""
     from deltalake import DeltaTable
 
@@ -86,7 +86,9 @@ def _registered(builder: Any, name: str, path: str | Path) -> tuple[Any, int, An
         _KNOWN[path] = (table, _commit_time(path, version))  # the newest last
         while len(_KNOWN) > KNOWN_AT_MOST:
             del _KNOWN[next(iter(_KNOWN))]
-        return builder.register(name, table), version, table.schema()
+        if builder is not None:
+            builder = builder.register(name, table)
+        return builder, version, table.schema()
 
 
 def latest_rows(path: str, column: str, dates: list[dt.date]) -> tuple[int, str, pa.Table]:
@@ -165,9 +167,7 @@ def column_names(path: str | Path) -> list[str]:
     """The table's columns (from its log; no data read); none when it was never written."""
     if not exists(path):
         return []
-    from deltalake import QueryBuilder
-
-    return [f.name for f in _registered(QueryBuilder(), "t", path)[2].fields]
+    return [f.name for f in _registered(None, "t", path)[2].fields]
 
 
 def delta_tables(root: str | Path) -> list[Path]:

@@ -135,7 +135,10 @@ def refresh_views(
 READ_HERE_GROUPS = 1_000
 READ_HERE_BYTES = 16 * 1024 * 1024
 READ_HERE_ROWS = 100_000
-_NOT_READ_HERE: set[str] = set()  # tables deltalake could not read (said once, then Spark)
+# A table deltalake failed on is read by Spark, then by deltalake again once this long has
+# passed (a failure may be passing: a file being replaced, a full disk).
+READ_HERE_AGAIN_AFTER = 600.0
+_NOT_READ_HERE: dict[str, float] = {}  # table -> when deltalake last failed on it (monotonic)
 
 
 def groups_read_here(
@@ -147,11 +150,14 @@ def groups_read_here(
 ) -> tuple[int, DataFrame] | None:
     """(version, rows): current state's newest version and its rows in the touched groups of
     every view, read through deltalake and handed to Spark as local rows; ``None`` where Spark
-    reads them (a table on an object store, many groups or bytes, or one deltalake cannot read).
+    reads them (a table on an object store, many groups or bytes, or one deltalake failed on
+    less than ``READ_HERE_AGAIN_AFTER`` seconds ago).
 
     A read that holds a key twice (a deletion vector not applied) is not used."""
     local = "://" not in path or path.startswith("file://")
-    if not local or path in _NOT_READ_HERE or not touched:
+    failed_at = _NOT_READ_HERE.get(path)
+    lately = failed_at is not None and time.monotonic() - failed_at < READ_HERE_AGAIN_AFTER
+    if not local or lately or not touched:
         return None
     groups: list[tuple[list[str], list[tuple[object, ...]]]] = []
     for view in flow.views:
@@ -177,14 +183,16 @@ def groups_read_here(
         if rows.num_rows > READ_HERE_ROWS:
             return None
     except Exception as exc:  # noqa: BLE001 — any failure: Spark reads, as it always could
-        _NOT_READ_HERE.add(path)
+        _NOT_READ_HERE[path] = time.monotonic()
         print(
-            f"[write] {path}: read through Spark from now on ({type(exc).__name__}: "
+            f"[write] {path}: read through Spark for the next {READ_HERE_AGAIN_AFTER / 60:.0f} "
+            f"min ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else ''})",
             file=sys.stderr,
             flush=True,
         )
         return None
+    _NOT_READ_HERE.pop(path, None)
     return version, spark.createDataFrame(rows, schema)
 
 
