@@ -77,7 +77,11 @@ def _registered(builder: Any, name: str, path: str | Path) -> tuple[Any, int, An
     path = str(path)
     with _KNOWING:
         known = _KNOWN.pop(path, None)
-        if known is not None and _commit_time(path, known[0].version()) == known[1]:
+        if (
+            known is not None
+            and known[1] is not None  # a commit read without its time: nothing to compare
+            and _commit_time(path, known[0].version()) == known[1]
+        ):
             table = known[0]
             table.update_incremental()
         else:
