@@ -203,6 +203,76 @@ def test_views_recomputed_from_current_state_read_either_way_agree(  # type: ign
         assert positions(spark, target)[(D2, FLOWB, "AAPL")] == (11 + 41, 2)
 
 
+def test_a_small_batchs_history_lookup_reads_the_same_rows_through_deltalake_or_spark(  # type: ignore[no-untyped-def]
+    spark, target, monkeypatch, capfd
+) -> None:
+    """A small batch looks its keys' history up through deltalake in its process while
+    history's files are few bytes, else through Spark (a larger history; a table deltalake
+    fails on, said once). Both give the same rows: each stored version with its content hash
+    (Spark's, computed on the rows read), delivery and groups, a second copy a writer left
+    behind included, a copy the repair deleted not; no row at all for keys never stored."""
+    from pyspark.sql import functions as F
+
+    from streamshift.engine.write import batches, views
+    from streamshift.engine.write.commits import append
+
+    apply = lambda rows: apply_changes(FLOW, frame(spark, rows), "test", target)
+    apply([trade("a", 1, quantity=10), trade("b", 1, quantity=20), trade("it's", 1, quantity=3)])
+    apply([trade("a", 2, event="AMEND", date=D1, book=DELTA1, quantity=11)])
+    tables = target.tables
+    copy = read(spark, tables.history).where("trade_id = 'b'")  # as a killed writer leaves it
+    later = copy.withColumn("_applied_at", copy._applied_at + F.expr("INTERVAL 1 SECOND"))
+    append(later.withColumn("_source_ref", F.lit("left:behind")), tables.history)
+
+    reads: list[str] = []
+    real_read_here = batches._history_read_here
+
+    def read_here(*args):  # type: ignore[no-untyped-def]
+        got = real_read_here(*args)
+        reads.append("spark" if got is None else "deltalake")
+        return got
+
+    monkeypatch.setattr(batches, "_history_read_here", read_here)
+
+    def lookup(keys):  # type: ignore[no-untyped-def]
+        found = batches._history_of(spark, FLOW, tables, keys, FLOW.group_columns)
+        return sorted((tuple(r) for r in found), key=lambda r: (r[0], r[1], r[4]))
+
+    keys = ["a", "b", "it's", "nobody"]
+    small = batches.HISTORY_READ_HERE_BYTES
+    here = lookup(keys)
+    monkeypatch.setattr(batches, "HISTORY_READ_HERE_BYTES", 0)  # history "large"
+    assert lookup(keys) == here
+    assert reads == ["deltalake", "spark"]
+    assert [r[:2] for r in here] == [("a", 1), ("a", 2), ("b", 1), ("b", 1), ("it's", 1)]
+    assert {r[4] for r in here if r[0] == "b"} == {"test:b:1", "left:behind"}
+    assert lookup(["nobody"]) == []
+
+    # The next batch of b removes the copy (a delete: a deletion vector), and deltalake's read
+    # no longer sees it.
+    monkeypatch.setattr(batches, "HISTORY_READ_HERE_BYTES", small)
+    apply([trade("b", 2, event="AMEND", quantity=21)])
+    assert history(spark, target) == [("a", 1), ("a", 2), ("b", 1), ("b", 2), ("it's", 1)]
+    after = lookup(keys)
+    assert reads[-1] == "deltalake" and [r[:2] for r in after if r[0] == "b"] == [
+        ("b", 1),
+        ("b", 2),
+    ]
+    assert positions(spark, target) == {
+        (D2, FLOWB, "AAPL"): (21 + 3, 2),
+        (D1, DELTA1, "AAPL"): (11, 1),
+    }
+
+    def unreadable(path: str, at_most_bytes: int) -> None:
+        raise OSError("no such reader feature")
+
+    monkeypatch.setattr(batches.delta_rows, "all_rows", unreadable)
+    monkeypatch.setattr(views, "_NOT_READ_HERE", {})
+    assert lookup(keys) == after == lookup(keys)
+    assert reads[-2:] == ["spark", "spark"]
+    assert capfd.readouterr().err.count("min (OSError: no such reader feature)") == 1
+
+
 def test_correction_is_a_retraction_plus_new_value_in_the_change_feed(spark, target) -> None:  # type: ignore[no-untyped-def]
     apply_changes(FLOW, frame(spark, [trade("a", 1, quantity=10, price="2.5")]), "test", target)
     view_path = target.tables.view("positions")

@@ -68,10 +68,11 @@ def _commit_time(path: str, version: int) -> int | None:
         return None
 
 
-def _registered(builder: Any, name: str, path: str | Path) -> tuple[Any, int, Any]:
-    """(builder, version, schema): ``builder`` (if any) with the table at ``path`` registered
-    as ``name``, as of its newest commit, that commit's version and the table's schema then (a
-    query holds the version it was registered at, whatever commits come after)."""
+def _registered(builder: Any, name: str, path: str | Path) -> tuple[Any, int, Any, Any]:
+    """(builder, version, schema, table): ``builder`` (if any) with the table at ``path``
+    registered as ``name``, as of its newest commit, that commit's version, the table's schema
+    then (a query holds the version it was registered at, whatever commits come after) and the
+    ``DeltaTable`` (which a later reader may bring forward)."""
     from deltalake import DeltaTable
 
     path = str(path)
@@ -92,7 +93,7 @@ def _registered(builder: Any, name: str, path: str | Path) -> tuple[Any, int, An
             del _KNOWN[next(iter(_KNOWN))]
         if builder is not None:
             builder = builder.register(name, table)
-        return builder, version, table.schema()
+        return builder, version, table.schema(), table
 
 
 def latest_rows(path: str, column: str, dates: list[dt.date]) -> tuple[int, str, pa.Table]:
@@ -104,9 +105,26 @@ def latest_rows(path: str, column: str, dates: list[dt.date]) -> tuple[int, str,
 
     if not all(type(d) is dt.date for d in dates):  # typed dates only reach the SQL text
         raise TypeError(f"dates must be datetime.date values: {dates!r}")
-    builder, version, schema = _registered(QueryBuilder(), "t", path)
+    builder, version, schema, _ = _registered(QueryBuilder(), "t", path)
     selected = ", ".join(f'"{f.name}"' for f in schema.fields)
     read = builder.execute(f'SELECT {selected} FROM t WHERE "{column}" IN {_literal(dates)}')
+    return version, schema.to_json(), pa.RecordBatchReader.from_stream(read).read_all()
+
+
+def all_rows(path: str, at_most_bytes: int) -> tuple[int, str, pa.Table] | None:
+    """(version, schema, rows) as :func:`latest_rows` gives them, of every row; ``None``,
+    nothing read, when the table's files hold more than ``at_most_bytes`` (summed from the
+    log's file sizes, of the version registered or one a reader brought it to since)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from deltalake import QueryBuilder
+
+    builder, version, schema, table = _registered(QueryBuilder(), "t", path)
+    files = pa.RecordBatchReader.from_stream(table.get_add_actions(flatten=True)).read_all()
+    if (pc.sum(files["size_bytes"]).as_py() or 0) > at_most_bytes:
+        return None
+    selected = ", ".join(f'"{f.name}"' for f in schema.fields)
+    read = builder.execute(f"SELECT {selected} FROM t")
     return version, schema.to_json(), pa.RecordBatchReader.from_stream(read).read_all()
 
 

@@ -131,7 +131,10 @@ def refresh_views(
 # ``READ_HERE_GROUPS``, the touched dates' files hold at most ``READ_HERE_BYTES`` and the rows
 # read number at most ``READ_HERE_ROWS``. Spark computes the whole file list of the version the
 # apply's own MERGE just made before its first read of it, on the apply's critical path;
-# deltalake brings its copy of the table forward by that one commit (bench/view_read.py).
+# deltalake brings its copy of the table forward by that one commit (bench/view_read.py). A
+# small batch's history lookup reads history so while its files hold at most
+# ``batches.HISTORY_READ_HERE_BYTES`` (``batches._history_read_here``, bench/view_read.py
+# --history).
 READ_HERE_GROUPS = 1_000
 READ_HERE_BYTES = 16 * 1024 * 1024
 READ_HERE_ROWS = 100_000
@@ -139,6 +142,31 @@ READ_HERE_ROWS = 100_000
 # passed (a failure may be passing: a file being replaced, a full disk).
 READ_HERE_AGAIN_AFTER = 600.0
 _NOT_READ_HERE: dict[str, float] = {}  # table -> when deltalake last failed on it (monotonic)
+
+
+def may_read_here(path: str) -> bool:
+    """Whether the table at ``path`` may be read through deltalake in this process: on a local
+    disk, and deltalake has not failed on it in the last ``READ_HERE_AGAIN_AFTER`` seconds."""
+    failed_at = _NOT_READ_HERE.get(path)
+    lately = failed_at is not None and time.monotonic() - failed_at < READ_HERE_AGAIN_AFTER
+    return ("://" not in path or path.startswith("file://")) and not lately
+
+
+def read_here_failed(path: str, exc: Exception) -> None:
+    """Spark reads the table at ``path`` for the next ``READ_HERE_AGAIN_AFTER`` seconds; the
+    job's log says so once."""
+    _NOT_READ_HERE[path] = time.monotonic()
+    print(
+        f"[write] {path}: read through Spark for the next {READ_HERE_AGAIN_AFTER / 60:.0f} "
+        f"min ({type(exc).__name__}: "
+        f"{str(exc).splitlines()[0] if str(exc) else ''})",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def read_here_succeeded(path: str) -> None:
+    _NOT_READ_HERE.pop(path, None)
 
 
 def groups_read_here(
@@ -154,10 +182,7 @@ def groups_read_here(
     less than ``READ_HERE_AGAIN_AFTER`` seconds ago).
 
     A read that holds a key twice (a deletion vector not applied) is not used."""
-    local = "://" not in path or path.startswith("file://")
-    failed_at = _NOT_READ_HERE.get(path)
-    lately = failed_at is not None and time.monotonic() - failed_at < READ_HERE_AGAIN_AFTER
-    if not local or lately or not touched:
+    if not touched or not may_read_here(path):
         return None
     groups: list[tuple[list[str], list[tuple[object, ...]]]] = []
     for view in flow.views:
@@ -183,16 +208,9 @@ def groups_read_here(
         if rows.num_rows > READ_HERE_ROWS:
             return None
     except Exception as exc:  # noqa: BLE001 — any failure: Spark reads, as it always could
-        _NOT_READ_HERE[path] = time.monotonic()
-        print(
-            f"[write] {path}: read through Spark for the next {READ_HERE_AGAIN_AFTER / 60:.0f} "
-            f"min ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''})",
-            file=sys.stderr,
-            flush=True,
-        )
+        read_here_failed(path, exc)
         return None
-    _NOT_READ_HERE.pop(path, None)
+    read_here_succeeded(path)
     return version, spark.createDataFrame(rows, schema)
 
 
