@@ -384,6 +384,7 @@ def _history_read_here(
             return None
         _, schema_json, rows = got
         schema = StructType.fromJson(json.loads(schema_json))
+        # cast whole: pyarrow can neither match nor take deltalake's string_view columns
         rows = rows.cast(to_arrow_schema(schema, timezone="UTC"))
         wanted = pa.array([k for k in keys if k is not None], rows.schema.field(flow.key).type)
         rows = rows.filter(pc.is_in(rows[flow.key], value_set=wanted))
