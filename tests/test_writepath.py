@@ -242,8 +242,9 @@ def test_a_small_batchs_history_lookup_reads_the_same_rows_through_deltalake_or_
     small = batches.HISTORY_READ_HERE_BYTES
     here = lookup(keys)
     monkeypatch.setattr(batches, "HISTORY_READ_HERE_BYTES", 0)  # history "large"
+    monkeypatch.setattr(batches, "_HISTORY_TOO_LARGE", {})
     assert lookup(keys) == here
-    assert reads == ["deltalake", "spark"]
+    assert reads == ["deltalake", "spark"] and tables.history in batches._HISTORY_TOO_LARGE
     assert [r[:2] for r in here] == [("a", 1), ("a", 2), ("b", 1), ("b", 1), ("it's", 1)]
     assert {r[4] for r in here if r[0] == "b"} == {"test:b:1", "left:behind"}
     assert lookup(["nobody"]) == []
@@ -251,6 +252,8 @@ def test_a_small_batchs_history_lookup_reads_the_same_rows_through_deltalake_or_
     # The next batch of b removes the copy (a delete: a deletion vector), and deltalake's read
     # no longer sees it.
     monkeypatch.setattr(batches, "HISTORY_READ_HERE_BYTES", small)
+    assert lookup(keys) == here and reads[-1] == "spark"  # its size is looked at again later
+    monkeypatch.setattr(batches, "HISTORY_SIZE_AGAIN_AFTER", 0.0)
     apply([trade("b", 2, event="AMEND", quantity=21)])
     assert history(spark, target) == [("a", 1), ("a", 2), ("b", 1), ("b", 2), ("it's", 1)]
     after = lookup(keys)

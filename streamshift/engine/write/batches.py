@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from typing import TYPE_CHECKING, Protocol
 
 from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
@@ -61,9 +62,12 @@ Pair = tuple[object, object]
 
 # A small batch's history lookup reads history through deltalake while its files hold at most
 # this: the whole table is read, so the read grows with history, while Spark's filtered read
-# of a table whose state it has computed does not (bench/view_read.py --history: 0.04 s against
-# 0.13 s warm and 0.29 s cold at 0.1 MB, 0.09 s against 0.15 s warm at 6.2 MB).
+# of a table whose state it has computed does not (bench/view_read.py --history).
 HISTORY_READ_HERE_BYTES = 8 * 1024 * 1024
+# A history found larger is read by Spark, and its size looked at again only after this long
+# (history grows; a batch should not open a large table's log with deltalake to learn that).
+HISTORY_SIZE_AGAIN_AFTER = 600.0
+_HISTORY_TOO_LARGE: dict[str, float] = {}  # history -> when it was found too large (monotonic)
 
 
 class Batch(Protocol):
@@ -371,7 +375,10 @@ def _history_read_here(
     forward by the commits since (bench/view_read.py --history). History has no date to prune a
     lookup by key, so the whole table is read, and the keys are matched in Arrow (no key
     becomes SQL text; a null key matches nothing, as in Spark's ``isin``)."""
-    if not may_read_here(path):
+    found_large = _HISTORY_TOO_LARGE.get(path)
+    if not may_read_here(path) or (
+        found_large is not None and time.monotonic() - found_large < HISTORY_SIZE_AGAIN_AFTER
+    ):
         return None
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -381,6 +388,7 @@ def _history_read_here(
     try:
         got = delta_rows.all_rows(path, HISTORY_READ_HERE_BYTES)
         if got is None:
+            _HISTORY_TOO_LARGE[path] = time.monotonic()
             return None
         _, schema_json, rows = got
         schema = StructType.fromJson(json.loads(schema_json))
@@ -392,6 +400,7 @@ def _history_read_here(
         read_here_failed(path, exc)
         return None
     read_here_succeeded(path)
+    _HISTORY_TOO_LARGE.pop(path, None)
     return schema, rows
 
 
