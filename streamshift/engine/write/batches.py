@@ -17,7 +17,6 @@ to history beside), which rows to record as late.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import time
 from typing import TYPE_CHECKING, Protocol
 
@@ -45,7 +44,12 @@ from streamshift.engine.write.target import (
     state_schema,
 )
 from streamshift.engine.write.transforms import EOD_SOURCES, REPLACEMENT_SOURCE, content_hash
-from streamshift.engine.write.views import may_read_here, read_here_failed, read_here_succeeded
+from streamshift.engine.write.views import (
+    as_spark_reads,
+    may_read_here,
+    read_here_failed,
+    read_here_succeeded,
+)
 from streamshift.spec import sqltext as sql
 from streamshift.spec.catalog import LATE_EVENTS_SCHEMA, LayerTables
 from streamshift.spec.contract import APPLIED_AT, SOURCE, SOURCE_REF
@@ -382,18 +386,14 @@ def _history_read_here(
         return None
     import pyarrow as pa
     import pyarrow.compute as pc
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import StructType
 
     try:
         got = delta_rows.all_rows(path, HISTORY_READ_HERE_BYTES)
         if got is None:
             _HISTORY_TOO_LARGE[path] = time.monotonic()
             return None
-        _, schema_json, rows = got
-        schema = StructType.fromJson(json.loads(schema_json))
-        # cast whole: pyarrow can neither match nor take deltalake's string_view columns
-        rows = rows.cast(to_arrow_schema(schema, timezone="UTC"))
+        # cast whole, before the match: pyarrow cannot match nor take string_view columns
+        schema, rows = as_spark_reads(*got[1:])
         wanted = pa.array([k for k in keys if k is not None], rows.schema.field(flow.key).type)
         rows = rows.filter(pc.is_in(rows[flow.key], value_set=wanted))
     except Exception as exc:  # noqa: BLE001 — any failure: Spark reads, as it always could

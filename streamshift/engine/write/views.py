@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, cast
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from streamshift.engine.write.commits import merge_into
 from streamshift.engine.write.predicates import isin, same_columns
@@ -169,6 +170,16 @@ def read_here_succeeded(path: str) -> None:
     _NOT_READ_HERE.pop(path, None)
 
 
+def as_spark_reads(schema_json: str, rows: pa.Table) -> tuple[StructType, pa.Table]:
+    """(schema, rows): a deltalake read's Delta schema as Spark's and its rows cast to the
+    Arrow types Spark gives that schema (pyarrow has no kernels for deltalake's string_view
+    columns, and timestamps are UTC), ready for ``spark.createDataFrame(rows, schema)``."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = StructType.fromJson(json.loads(schema_json))
+    return schema, rows.cast(to_arrow_schema(schema, timezone="UTC"))
+
+
 def groups_read_here(
     spark: SparkSession,
     flow: Flow,
@@ -194,15 +205,13 @@ def groups_read_here(
     if partition_bytes(spark, path, bd, list(dates)) > READ_HERE_BYTES:
         return None
     import pyarrow.compute as pc
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import StructType
 
     try:
         version, schema_json, rows = delta_rows.latest_rows(
             path, bd, [cast(dt.date, d) for d in dates]
         )
-        schema = StructType.fromJson(json.loads(schema_json))
-        rows = _in_groups(rows.cast(to_arrow_schema(schema, timezone="UTC")), groups)
+        schema, rows = as_spark_reads(schema_json, rows)
+        rows = _in_groups(rows, groups)
         if rows.num_rows and pc.count_distinct(rows[flow.key]).as_py() != rows.num_rows:
             raise ValueError(f"a key read twice at version {version}")
         if rows.num_rows > READ_HERE_ROWS:
