@@ -54,7 +54,7 @@ DAY = dt.date(2026, 11, 20)
 
 def front_variants(spark, flow) -> dict[str, Callable[[DataFrame], DataFrame]]:  # type: ignore[no-untyped-def]
     """``serve``'s first stage after the decode, cumulatively (``run_serve`` wires the same)."""
-    from streamshift.engine.write.apply import batch_counts, checked_batch
+    from streamshift.engine.write.apply import batch_counts, checked_batch, ranked_batch
     from streamshift.engine.write.target import load_reference
     from streamshift.engine.write.transforms import checked_changes, parse, ranked_versions
     from streamshift.spec.contract import FAILED, IS_DELETED, SOURCE_REF
@@ -76,9 +76,11 @@ def front_variants(spark, flow) -> dict[str, Callable[[DataFrame], DataFrame]]: 
 
     def counted(df: DataFrame) -> DataFrame:
         batch = checked_batch(flow, raw(df), reference)
+        ranked = ranked_batch(flow, batch)
         try:
-            batch_counts(flow, batch)
+            batch_counts(flow, ranked.frame)
         finally:
+            ranked.unpersist()
             batch.unpersist()
         return df.limit(0)
 

@@ -47,7 +47,7 @@ from flows.trades.generate import generate_day
 from streamshift.engine.eodread import read_eod_file
 from streamshift.engine.jobs.eod import run_eod
 from streamshift.engine.spark import get_spark
-from streamshift.engine.write.apply import checked_batch
+from streamshift.engine.write.apply import Ranked, checked_batch, ranked_batch
 from streamshift.engine.write.target import Target, load_reference
 from streamshift.engine.write.transforms import FIRST_VERSION, LATEST_VERSION, state_columns
 from streamshift.spec.contract import FAILED, IS_DELETED, RAW, SOURCE, SOURCE_REF
@@ -83,21 +83,24 @@ def hand_written(spark: SparkSession, flow: Flow, file: Path, out: Path) -> int:
 
 def validated(
     spark: SparkSession, flow: Flow, reference: Reference, file: Path
-) -> tuple[DataFrame, int]:
-    """The write path's persisted frame for ``file`` (``checked_batch``) and its rejected
-    rows, counted by rule as ``apply_changes`` counts them."""
+) -> tuple[DataFrame, Ranked, int]:
+    """The write path's persisted frame for ``file`` (``checked_batch``), ranked as the
+    write path ranks it (``ranked_batch``), and its rejected rows, counted by rule as
+    ``apply_changes`` counts them."""
     file = file.resolve()
     layout = check_file(file, flow, whole_day=False)
     rows = read_eod_file(spark, file, flow, layout).withColumn(SOURCE, F.lit("eod"))
-    checked = checked_batch(flow, rows, reference)
+    persisted = checked_batch(flow, rows, reference)
+    ranked = ranked_batch(flow, persisted)
     rule = F.try_element_at(F.col(FAILED), F.lit(1))
-    counts = checked.groupBy(rule.alias("rule")).count().collect()
-    return checked, sum(r["count"] for r in counts if r["rule"] is not None)
+    counts = ranked.frame.groupBy(rule.alias("rule")).count().collect()
+    return persisted, ranked, sum(r["count"] for r in counts if r["rule"] is not None)
 
 
 def validate_only(spark: SparkSession, flow: Flow, reference: Reference, file: Path) -> int:
-    checked, rejected = validated(spark, flow, reference, file)
-    checked.unpersist()
+    persisted, ranked, rejected = validated(spark, flow, reference, file)
+    ranked.unpersist()
+    persisted.unpersist()
     return rejected
 
 
@@ -105,7 +108,8 @@ def written_once(
     spark: SparkSession, flow: Flow, reference: Reference, file: Path, out: Path
 ) -> int:
     """Validated as streamshift does, then the day written once (see the module's doc)."""
-    checked, rejected = validated(spark, flow, reference, file)
+    persisted, ranked, rejected = validated(spark, flow, reference, file)
+    checked = ranked.frame
     if rejected:
         checked.where(F.size(FAILED) > 0).select(SOURCE_REF, RAW, FAILED).write.format(
             "delta"
@@ -118,7 +122,8 @@ def written_once(
     view.compute(latest.where(~F.col(IS_DELETED))).write.format("delta").mode("overwrite").save(
         str(out / view.name)
     )
-    checked.unpersist()
+    ranked.unpersist()
+    persisted.unpersist()
     return int(spark.read.format("delta").load(str(out / view.name)).count())
 
 

@@ -6,7 +6,7 @@ Spark's runtime errors name it (``spark.python.sql.dataFrameDebugging.enabled``;
 session starts, so each side runs in a process of its own, the two alternating. Each builds,
 ``--plans`` times after ``--warmup`` untimed, the front of the stream's micro-batch on 600
 Kafka messages: the decoded changes and the apply's persisted frame (parse, the reference
-joins, the rules, the ranking by key), which the apply then counts. Nothing runs on the
+joins, the rules), which the apply then ranks by key and counts. Nothing runs on the
 data: the figure is the plan's building alone, in seconds and in the JVM round trips it
 takes. The stream builds this front for every micro-batch, before its first Spark job.
 

@@ -175,6 +175,63 @@ def test_ranked_versions_flags_what_distinct_versions_and_latest_per_key_keep(
     assert len(ranked) == len(rows)
 
 
+@pytest.mark.parametrize(
+    ("apart_at_most", "once_only"),
+    [(100, True), (100, False), (1, False)],
+    ids=["every-key-once", "repeated-keys-apart", "whole-batch"],
+)
+def test_the_apply_ranks_only_the_keys_it_received_more_than_once(  # type: ignore[no-untyped-def]
+    spark, reference, monkeypatch, apart_at_most, once_only
+) -> None:
+    """The apply's ranking (``ranked_batch``) flags the versions a window over the whole batch
+    would, whether no key came twice, a few did (ranked apart from the rest), or more than it
+    ranks apart (the whole batch as one window): first deliveries, each key's latest, a
+    version delivered again with other content rejected as a conflict."""
+    from streamshift.engine.write import apply
+
+    monkeypatch.setattr(apply, "RANK_APART_AT_MOST", apart_at_most)
+    single = [
+        trade("d", 5, ref="f:10"),
+        trade("e", 1, quantity="x", ref="f:11"),  # rejected: flagged neither
+        trade("", 1, ref="f:12"),  # rejected: no key
+        trade("f", 2, quantity=3, ref="f:13"),
+    ]
+    repeated = [
+        trade("a", 1, ref="f:3"),
+        trade("a", 2, quantity=2, ref="f:9"),  # version 2 again, other content: a conflict
+        trade("a", 2, quantity=7, ref="f:4"),
+        trade("a", 3, quantity="x", ref="f:5"),  # rejected: a's latest stays version 2
+        trade("b", 1, ref="f:8"),  # the same content again: a redelivery, no conflict
+        trade("b", 1, ref="f:1"),
+        trade("f", 1, quantity="x", ref="f:6"),  # rejected: f stays accepted once
+    ]
+    rows = single if once_only else single + repeated
+    persisted = apply.checked_batch(FLOW, frame(spark, rows), reference)
+    ranked = apply.ranked_batch(FLOW, persisted)
+    try:
+        got = ranked.frame.collect()
+    finally:
+        ranked.unpersist()
+        persisted.unpersist()
+
+    def picked(flag):  # type: ignore[no-untyped-def]
+        return {(r.trade_id, r.version, r._source_ref) for r in got if r[flag]}
+
+    firsts = {("d", 5, "f:10"), ("f", 2, "f:13")}
+    latest = set(firsts)
+    conflicts = set()
+    if not once_only:
+        firsts |= {("a", 1, "f:3"), ("a", 2, "f:4"), ("b", 1, "f:1")}
+        latest |= {("a", 2, "f:4"), ("b", 1, "f:1")}
+        conflicts = {"f:9"}
+    assert picked(FIRST_VERSION) == firsts
+    assert picked(LATEST_VERSION) == latest
+    assert {r._source_ref for r in got if "version_conflict" in r[FAILED]} == conflicts
+    assert sorted(r._source_ref for r in got) == sorted(
+        r._source_ref for r in frame(spark, rows).collect()
+    )
+
+
 def test_decode_gives_values_as_text_and_names_what_is_undecodable(spark) -> None:  # type: ignore[no-untyped-def]
     from streamshift.engine.decode import decode
 

@@ -85,6 +85,9 @@ from streamshift.spec.sqltext import Sql
 # conditions (Delta prunes files by stats), and one collected history lookup that serves
 # both the touched groups and which versions history lacks; late events are appended.
 PRUNE_KEYS_BELOW = 2_000
+# A batch whose keys accepted more than once number at most this ranks those keys' rows
+# apart from the rest (``ranked_batch``); more, and the whole batch is ranked as one window.
+RANK_APART_AT_MOST = 5_000
 # How often an apply that lost a commit race to another writer is run again.
 COMMIT_ATTEMPTS = 8
 # delta.exceptions' classes for a commit refused because another writer committed first.
@@ -225,8 +228,8 @@ class _Attempts:
 
 
 def checked_batch(flow: Flow, changes: DataFrame, reference: Reference) -> DataFrame:
-    """The apply's one persisted frame: the checked rows, ranked by key (which versions are
-    new, which is the latest), stamped once. The caller unpersists it.
+    """The apply's persisted frame: the checked rows, stamped once, not yet ranked
+    (:func:`ranked_batch`). The caller unpersists it.
 
     The raw payload stays only on rejected rows, the only ones that keep it (quarantine), so
     the cache and the shuffle do not carry it. The stamp is a literal: with
@@ -235,11 +238,55 @@ def checked_batch(flow: Flow, changes: DataFrame, reference: Reference) -> DataF
     """
     rejected = F.size(FAILED) > 0
     return (
-        ranked_versions(flow, checked_changes(flow, changes, reference))
+        checked_changes(flow, changes, reference)
         .withColumn(RAW, F.when(rejected, F.col(RAW)))
         .withColumn(APPLIED_AT, F.lit(dt.datetime.now(dt.UTC)))
         .persist()
     )
+
+
+@dataclass
+class Ranked:
+    """``checked`` with :func:`~streamshift.engine.write.transforms.ranked_versions`' flags,
+    and what ranking it persisted (unpersisted with ``checked``)."""
+
+    frame: DataFrame
+    persisted: DataFrame | None = None
+
+    def unpersist(self) -> None:
+        if self.persisted is not None:
+            self.persisted.unpersist()
+
+
+def ranked_batch(flow: Flow, checked: DataFrame) -> Ranked:
+    """``checked`` (:func:`checked_batch`) ranked by key: which versions are new, which is
+    each key's latest, which deliveries conflict.
+
+    A key accepted once in the batch is its own first and latest version and cannot conflict,
+    so only the keys accepted more than once need the window's exchange and sort of their rows
+    (:func:`~streamshift.engine.write.transforms.ranked_versions`). One job counts the
+    accepted rows per key, a shuffle of the keys alone, and fills ``checked``'s cache on the
+    way: a batch of new keys (a day's file, a stream of new events) ranks no row, a few
+    repeated keys rank theirs from the cache, and more than ``RANK_APART_AT_MOST`` rank the
+    whole batch as one window (bench/decode_cost.py --front).
+    """
+    accepted = F.size(FAILED) == 0
+    counted = checked.where(accepted).groupBy(flow.key).count()
+    repeated = counted.where("count > 1").select(flow.key).limit(RANK_APART_AT_MOST + 1).collect()
+    keys = [r[0] for r in repeated]
+    if len(keys) > RANK_APART_AT_MOST or None in keys:
+        whole = ranked_versions(flow, checked).persist()
+        return Ranked(whole, whole)
+    once = {FIRST_VERSION: accepted, LATEST_VERSION: accepted}
+    if not keys:
+        return Ranked(checked.withColumns(once))
+    spark = checked.sparkSession
+    among = F.broadcast(
+        spark.createDataFrame([(k,) for k in keys], checked.select(flow.key).schema)
+    )
+    few = ranked_versions(flow, checked.join(among, flow.key, "left_semi")).persist()
+    rest = checked.join(among, flow.key, "left_anti").withColumns(once)
+    return Ranked(rest.unionByName(few), few)
 
 
 def batch_counts(flow: Flow, checked: DataFrame) -> list[Row]:
@@ -288,11 +335,14 @@ def _apply_once(
     if SOURCE not in changes.columns:
         changes = changes.withColumn(SOURCE, F.lit(source))
     rejected = F.size(FAILED) > 0
-    checked = checked_batch(flow, changes, target.reference)
+    persisted = checked_batch(flow, changes, target.reference)
+    ranked = Ranked(persisted)
     try:
         result = ApplyResult()
         result.reference = target.reference_digest
         timer = Timer(on_step)
+        ranked = ranked_batch(flow, persisted)
+        checked = ranked.frame
         counts = batch_counts(flow, checked)
         by_group: list[Row] = []
         names: set[str] = set()
@@ -336,7 +386,8 @@ def _apply_once(
         result.seconds_by_step = timer.steps
         return result
     finally:
-        checked.unpersist()
+        ranked.unpersist()
+        persisted.unpersist()
 
 
 def _quarantine(
