@@ -12,6 +12,7 @@ from streamshift.engine.write import target as target_module
 from streamshift.engine.write.apply import apply_changes
 from streamshift.engine.write.target import Target, is_table, read, when_small
 from streamshift.spec.catalog import LayerTables
+from tests.cli_support import suite_engine
 from tests.trades_data import D1, D2, frame, trade
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -379,6 +380,46 @@ def test_two_writers_carrying_the_same_versions_at_once_store_each_version_once(
     )
     assert current(spark, target)["a"] == (4, D2, FLOWB, 4, False)
     assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (4 + 100 + 3 * 100, 5)}
+
+
+@pytest.mark.skipif(
+    not suite_engine(), reason="the suite runs without its engine (TESTS_ENGINE=off)"
+)
+def test_two_jobs_on_the_engine_committing_at_once_both_apply(spark, target) -> None:  # type: ignore[no-untyped-def]
+    """The same two writers as jobs on the warm engine, each in a Spark Connect session of
+    its own: Delta's conflict reaches the refused job as PySpark's UnknownException (the
+    Connect client does not know Delta's classes), and the job applies again all the same."""
+    import json
+    import subprocess
+    import sys
+
+    rounds = 3
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run(
+        [sys.executable, "-m", "tests.engine_writers", suite_engine(), str(target.tables.warehouse)]
+        + [str(rounds)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert [json.loads(line)["accepted"] for line in run.stdout.splitlines()] == [[3, 3]] * 3
+    # Both writers started each round together: at least one commit was refused and retried.
+    assert "[write] concurrent commit to the batch layer of trades (DELTA_" in run.stderr
+    last = rounds + 1
+    assert {k: c[0] for k, c in current(spark, target).items()} == {
+        "a": last,
+        "b": last,
+        **{f"n{n}": 1 for n in range(2, last + 1)},
+    }
+    assert history(spark, target) == sorted(
+        [("a", v) for v in range(1, last + 1)]
+        + [("b", v) for v in range(1, last + 1)]
+        + [(f"n{n}", 1) for n in range(2, last + 1)]
+    )
+    assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (last + 100 + 3 * 100, 5)}
 
 
 @pytest.mark.parametrize("large", [False, True], ids=["small", "large"])

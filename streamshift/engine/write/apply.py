@@ -32,6 +32,10 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import cast
 
+# Importing Delta's exceptions teaches PySpark's error conversion their classes: before it,
+# a conflict in a session of the job's own arrives as a bare Py4JJavaError.
+import delta.exceptions
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
@@ -101,6 +105,20 @@ DELTA_CONFLICTS = (
     "MetadataChangedException",
     "ProtocolChangedException",
 )
+# The same conflicts by Delta's error conditions: through Spark Connect (the warm engine) the
+# client does not know Delta's exception classes and raises PySpark's UnknownException, whose
+# condition is Delta's (``DELTA_CONCURRENT_APPEND.WITH_PARTITION_HINT``).
+DELTA_CONFLICT_CONDITIONS = frozenset(
+    {
+        "DELTA_CONCURRENT_APPEND",
+        "DELTA_CONCURRENT_DELETE_DELETE",
+        "DELTA_CONCURRENT_DELETE_READ",
+        "DELTA_CONCURRENT_TRANSACTION",
+        "DELTA_CONCURRENT_WRITE",
+        "DELTA_METADATA_CHANGED",
+        "DELTA_PROTOCOL_CHANGED",
+    }
+)
 
 
 # ---- IO: the write path ---------------------------------------------------------------------
@@ -148,11 +166,13 @@ class WriteConflictError(StreamshiftError):
     """Another writer kept committing to the same tables through every retry."""
 
 
-def _conflicts() -> tuple[type[BaseException], ...]:
-    """Delta's commit conflicts: another writer committed to a table this apply read."""
-    import delta.exceptions
-
-    return tuple(getattr(delta.exceptions, name) for name in DELTA_CONFLICTS)
+def is_conflict(exc: BaseException) -> bool:
+    """Whether ``exc`` is Delta's commit conflict (another writer committed to a table this
+    apply read), raised in a session of the job's own or through Spark Connect."""
+    if isinstance(exc, tuple(getattr(delta.exceptions, name) for name in DELTA_CONFLICTS)):
+        return True
+    condition = exc.getCondition() if isinstance(exc, PySparkException) else None
+    return (condition or "").split(".")[0] in DELTA_CONFLICT_CONDITIONS
 
 
 def apply_changes(
@@ -186,7 +206,6 @@ def apply_changes(
     exponential back-off, up to ``COMMIT_ATTEMPTS`` times. Steps that did commit before the
     conflict are no-ops the second time.
     """
-    conflicts = _conflicts()
     attempts = _Attempts(before_writes=[before_writes] if before_writes else [])
     started = time.perf_counter()
     for attempt in range(1, COMMIT_ATTEMPTS + 1):
@@ -196,17 +215,20 @@ def apply_changes(
             )
             result.seconds = time.perf_counter() - started
             return result
-        except conflicts as exc:
+        except Exception as exc:
+            if not is_conflict(exc):
+                raise
+            what = exc.getCondition() if isinstance(exc, PySparkException) else None
             if attempt == COMMIT_ATTEMPTS:
                 raise WriteConflictError(
                     f"{target.tables.layer} layer of {flow.name}: another writer kept "
-                    f"committing through {COMMIT_ATTEMPTS} attempts ({type(exc).__name__}); "
+                    f"committing through {COMMIT_ATTEMPTS} attempts ({what or type(exc).__name__}); "
                     "run the job again (it is idempotent)"
                 ) from exc
             delay = min(30.0, 0.5 * 2 ** (attempt - 1)) * (0.5 + random.random())
             print(
                 f"[write] concurrent commit to the {target.tables.layer} layer of {flow.name} "
-                f"({type(exc).__name__}); applying again in {delay:.1f}s "
+                f"({what or type(exc).__name__}); applying again in {delay:.1f}s "
                 f"(attempt {attempt + 1} of {COMMIT_ATTEMPTS})",
                 file=sys.stderr,
                 flush=True,
