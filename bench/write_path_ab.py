@@ -42,6 +42,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 BASE = "afb2e0c"  # the write path before the integrity work
 MEASURES = ("apply", "resend", "replace", "load")
+# The jars folder of this checkout's settings, handed to both sides (the base may look elsewhere).
+JARS_VAR = "WRITE_PATH_AB_JARS"
 
 
 def side(code: str, work: Path, trades: int, rows: int, repeat: int) -> dict[str, list[float]]:
@@ -64,7 +66,7 @@ def side(code: str, work: Path, trades: int, rows: int, repeat: int) -> dict[str
     settings = load_settings(
         {},
         home=work / "home",
-        jars_dir=REPO / "jvm",  # this checkout's jars: a worktree has none
+        jars_dir=Path(os.environ[JARS_VAR]),  # this checkout's jars, whatever the base expects
         spark_master="local[2]",
         spark_shuffle_partitions=2,
     )
@@ -149,7 +151,9 @@ def main() -> None:
         check=True,
         capture_output=True,
     )
-    env = dict(os.environ)
+    from streamshift.spec.settings import load_settings
+
+    env = {**os.environ, JARS_VAR: str(load_settings().jars_dir)}
     results: dict[str, dict[str, list[float]]] = {"base": {}, "head": {}}
     try:
         for round_ in range(args.rounds):
