@@ -176,17 +176,18 @@ def test_ranked_versions_flags_what_distinct_versions_and_latest_per_key_keep(
 
 
 @pytest.mark.parametrize(
-    ("apart_at_most", "once_only"),
-    [(100, True), (100, False), (1, False)],
-    ids=["every-key-once", "repeated-keys-apart", "whole-batch"],
+    ("apart_at_most", "once_only", "in_the_pass"),
+    [(100, True, False), (100, False, False), (1, False, False), (100, False, True)],
+    ids=["every-key-once", "repeated-keys-apart", "whole-batch", "ranked-in-the-pass"],
 )
 def test_the_apply_ranks_only_the_keys_it_received_more_than_once(  # type: ignore[no-untyped-def]
-    spark, reference, monkeypatch, apart_at_most, once_only
+    spark, reference, monkeypatch, apart_at_most, once_only, in_the_pass
 ) -> None:
     """The apply's ranking (``ranked_batch``) flags the versions a window over the whole batch
     would, whether no key came twice, a few did (ranked apart from the rest), or more than it
-    ranks apart (the whole batch as one window): first deliveries, each key's latest, a
-    version delivered again with other content rejected as a conflict."""
+    ranks apart (the whole batch as one window), and so does the window in the pass that
+    fills the cache (a layer whose last batch repeated many keys): first deliveries, each
+    key's latest, a version delivered again with other content rejected as a conflict."""
     from streamshift.engine.write import apply
 
     monkeypatch.setattr(apply, "RANK_APART_AT_MOST", apart_at_most)
@@ -206,8 +207,9 @@ def test_the_apply_ranks_only_the_keys_it_received_more_than_once(  # type: igno
         trade("f", 1, quantity="x", ref="f:6"),  # rejected: f stays accepted once
     ]
     rows = single if once_only else single + repeated
-    persisted = apply.checked_batch(FLOW, frame(spark, rows), reference)
-    ranked = apply.ranked_batch(FLOW, persisted)
+    persisted = apply.checked_batch(FLOW, frame(spark, rows), reference, ranked=in_the_pass)
+    ranked = apply.Ranked(persisted) if in_the_pass else apply.ranked_batch(FLOW, persisted)
+    assert ranked.whole == (apart_at_most == 1)
     try:
         got = ranked.frame.collect()
     finally:

@@ -382,6 +382,43 @@ def test_two_writers_carrying_the_same_versions_at_once_store_each_version_once(
     assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (4 + 100 + 3 * 100, 5)}
 
 
+def test_a_layer_whose_batches_repeat_many_keys_ranks_the_next_in_the_pass_and_back(  # type: ignore[no-untyped-def]
+    spark, target, monkeypatch
+) -> None:
+    """A batch with more repeated keys than the apply ranks apart makes the layer's next batch
+    rank as one window in the pass that fills the cache; a batch with few makes the one after
+    it count its keys again. Every path stores the same versions and latest rows."""
+    from streamshift.engine.write import apply as apply_module
+
+    monkeypatch.setattr(apply_module, "RANK_APART_AT_MOST", 1)
+    ways = apply_module._RANK_WHOLE
+    twice = [trade("a", 1), trade("a", 2, event="AMEND", quantity=5), trade("b", 1)]
+    twice.append(trade("b", 2, event="AMEND", quantity=7))
+    apply_changes(FLOW, frame(spark, twice), "test", target)  # 2 repeated keys, more than 1
+    assert ways[target.tables.current] is True
+    apply_changes(FLOW, frame(spark, [trade("c", 1), trade("a", 3, quantity=9)]), "test", target)
+    assert ways[target.tables.current] is False  # ranked in the pass: nothing repeated
+    apply_changes(FLOW, frame(spark, [trade("d", 1), trade("d", 2, quantity=4)]), "test", target)
+    assert ways[target.tables.current] is False  # one key repeated: ranked apart
+    assert {k: c[0::3] for k, c in current(spark, target).items()} == {
+        "a": (3, 9),
+        "b": (2, 7),
+        "c": (1, 100),
+        "d": (2, 4),
+    }
+    assert history(spark, target) == [
+        ("a", 1),
+        ("a", 2),
+        ("a", 3),
+        ("b", 1),
+        ("b", 2),
+        ("c", 1),
+        ("d", 1),
+        ("d", 2),
+    ]
+    assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (9 + 7 + 100 + 4, 4)}
+
+
 @pytest.mark.skipif(
     not suite_engine(), reason="the suite runs without its engine (TESTS_ENGINE=off)"
 )

@@ -92,6 +92,9 @@ PRUNE_KEYS_BELOW = 2_000
 # A batch whose keys accepted more than once number at most this ranks those keys' rows
 # apart from the rest (``ranked_batch``); more, and the whole batch is ranked as one window.
 RANK_APART_AT_MOST = 5_000
+# The layers (by current state's path) whose last batch ranked its rows as one window, with
+# more rows beyond one per key than ranking apart takes; their next batch does the same.
+_RANK_WHOLE: dict[str, bool] = {}
 # How often an apply that lost a commit race to another writer is run again.
 COMMIT_ATTEMPTS = 8
 # delta.exceptions' classes for a commit refused because another writer committed first.
@@ -249,9 +252,12 @@ class _Attempts:
     applied: int = 0
 
 
-def checked_batch(flow: Flow, changes: DataFrame, reference: Reference) -> DataFrame:
-    """The apply's persisted frame: the checked rows, stamped once, not yet ranked
-    (:func:`ranked_batch`). The caller unpersists it.
+def checked_batch(
+    flow: Flow, changes: DataFrame, reference: Reference, *, ranked: bool = False
+) -> DataFrame:
+    """The apply's persisted frame: the checked rows, stamped once; ranked by key as one
+    window in the same pass when ``ranked`` (a layer whose batches repeat many keys), else not
+    yet (:func:`ranked_batch`). The caller unpersists it.
 
     The raw payload stays only on rejected rows, the only ones that keep it (quarantine), so
     the cache and the shuffle do not carry it. The stamp is a literal: with
@@ -259,9 +265,11 @@ def checked_batch(flow: Flow, changes: DataFrame, reference: Reference) -> DataF
     the cache and recomputes the batch from its source (bench/eod_load.py).
     """
     rejected = F.size(FAILED) > 0
+    checked = checked_changes(flow, changes, reference)
+    if ranked:
+        checked = ranked_versions(flow, checked)
     return (
-        checked_changes(flow, changes, reference)
-        .withColumn(RAW, F.when(rejected, F.col(RAW)))
+        checked.withColumn(RAW, F.when(rejected, F.col(RAW)))
         .withColumn(APPLIED_AT, F.lit(dt.datetime.now(dt.UTC)))
         .persist()
     )
@@ -270,10 +278,12 @@ def checked_batch(flow: Flow, changes: DataFrame, reference: Reference) -> DataF
 @dataclass
 class Ranked:
     """``checked`` with :func:`~streamshift.engine.write.transforms.ranked_versions`' flags,
-    and what ranking it persisted (unpersisted with ``checked``)."""
+    what ranking it persisted (unpersisted with ``checked``), and whether it took the whole
+    batch as one window."""
 
     frame: DataFrame
     persisted: DataFrame | None = None
+    whole: bool = False
 
     def unpersist(self) -> None:
         if self.persisted is not None:
@@ -281,8 +291,8 @@ class Ranked:
 
 
 def ranked_batch(flow: Flow, checked: DataFrame) -> Ranked:
-    """``checked`` (:func:`checked_batch`) ranked by key: which versions are new, which is
-    each key's latest, which deliveries conflict.
+    """``checked`` (:func:`checked_batch`, not ranked) ranked by key: which versions are new,
+    which is each key's latest, which deliveries conflict.
 
     A key accepted once in the batch is its own first and latest version and cannot conflict,
     so only the keys accepted more than once need the window's exchange and sort of their rows
@@ -290,7 +300,8 @@ def ranked_batch(flow: Flow, checked: DataFrame) -> Ranked:
     accepted rows per key, a shuffle of the keys alone, and fills ``checked``'s cache on the
     way: a batch of new keys (a day's file, a stream of new events) ranks no row, a few
     repeated keys rank theirs from the cache, and more than ``RANK_APART_AT_MOST`` rank the
-    whole batch as one window (bench/decode_cost.py --front).
+    whole batch as one window from the cache, which costs more than ranking it in the pass
+    that fills the cache (``checked_batch(ranked=True)``, what the apply does next time).
     """
     accepted = F.size(FAILED) == 0
     counted = checked.where(accepted).groupBy(flow.key).count()
@@ -298,7 +309,7 @@ def ranked_batch(flow: Flow, checked: DataFrame) -> Ranked:
     keys = [r[0] for r in repeated]
     if len(keys) > RANK_APART_AT_MOST or None in keys:
         whole = ranked_versions(flow, checked).persist()
-        return Ranked(whole, whole)
+        return Ranked(whole, whole, whole=True)
     once = {FIRST_VERSION: accepted, LATEST_VERSION: accepted}
     if not keys:
         return Ranked(checked.withColumns(once))
@@ -357,15 +368,22 @@ def _apply_once(
     if SOURCE not in changes.columns:
         changes = changes.withColumn(SOURCE, F.lit(source))
     rejected = F.size(FAILED) > 0
-    persisted = checked_batch(flow, changes, target.reference)
-    ranked = Ranked(persisted)
+    # A layer whose last batch repeated too many keys to rank them apart ranks the next one
+    # as one window in the pass that fills the cache, as every batch did before.
+    whole = _RANK_WHOLE.get(tables.current, False)
+    persisted = checked_batch(flow, changes, target.reference, ranked=whole)
+    ranked = Ranked(persisted, whole=whole)
     try:
         result = ApplyResult()
         result.reference = target.reference_digest
         timer = Timer(on_step)
-        ranked = ranked_batch(flow, persisted)
+        if not whole:
+            ranked = ranked_batch(flow, persisted)
         checked = ranked.frame
         counts = batch_counts(flow, checked)
+        if ranked.whole:  # rows beyond one per key: at least as many as keys repeated
+            extra = sum(r["count"] - r["keys"] for r in counts if r["rule"] is None)
+            _RANK_WHOLE[tables.current] = extra > RANK_APART_AT_MOST
         by_group: list[Row] = []
         names: set[str] = set()
         for row in counts:
