@@ -369,7 +369,8 @@ def _apply_once(
         changes = changes.withColumn(SOURCE, F.lit(source))
     rejected = F.size(FAILED) > 0
     # A layer whose last batch repeated too many keys to rank them apart ranks the next one
-    # as one window in the pass that fills the cache, as every batch did before.
+    # as one window in the pass that fills the cache: when most keys repeat, that costs less
+    # than counting keys first and ranking from the cache (BENCHMARKS.md, the throughput row).
     whole = _RANK_WHOLE.get(tables.current, False)
     persisted = checked_batch(flow, changes, target.reference, ranked=whole)
     ranked = Ranked(persisted, whole=whole)
