@@ -22,7 +22,7 @@ from flows.trades import FLOW
 from streamshift.engine.write.apply import apply_changes
 from streamshift.engine.write.target import Target, load_reference
 from streamshift.spec.catalog import LayerTables
-from tests.trades_data import frame, trade
+from tests.trades_data import frame, trade, two_writers_round
 
 
 def main(url: str, folder: Path, rounds: int) -> None:
@@ -33,8 +33,7 @@ def main(url: str, folder: Path, rounds: int) -> None:
     ]
     apply_changes(FLOW, frame(sessions[0], [trade("a", 1), trade("b", 1)]), "test", targets[0])
     for v in range(2, rounds + 2):
-        rows = [trade("a", v, event="AMEND", quantity=v), trade("b", v, event="AMEND")]
-        rows.append(trade(f"n{v}", 1))
+        rows = two_writers_round(v)
         start = threading.Barrier(2)
 
         def writer(i: int, rows=rows, start=start) -> int:  # type: ignore[no-untyped-def]

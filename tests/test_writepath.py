@@ -13,7 +13,7 @@ from streamshift.engine.write.apply import apply_changes
 from streamshift.engine.write.target import Target, is_table, read, when_small
 from streamshift.spec.catalog import LayerTables
 from tests.cli_support import suite_engine
-from tests.trades_data import D1, D2, frame, trade
+from tests.trades_data import D1, D2, frame, trade, two_writers_round
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -351,11 +351,7 @@ def test_two_writers_carrying_the_same_versions_at_once_store_each_version_once(
 
     apply_changes(FLOW, frame(spark, [trade("a", 1), trade("b", 1)]), "test", target)
     for v in (2, 3, 4):
-        rows = [
-            trade("a", v, event="AMEND", quantity=v),
-            trade("b", v, event="AMEND"),
-            trade(f"n{v}", 1),
-        ]
+        rows = two_writers_round(v)
         start = threading.Barrier(2)
 
         def writer(source: str, rows=rows, start=start):  # type: ignore[no-untyped-def]
@@ -366,20 +362,33 @@ def test_two_writers_carrying_the_same_versions_at_once_store_each_version_once(
             results = list(pool.map(writer, ["eod-correction", "stream"]))
         # A writer refused by the other's commit applies again and finds the versions there.
         assert all(r.accepted == 3 for r in results)
-        assert {k: c[0] for k, c in current(spark, target).items()} == {
-            "a": v,
-            "b": v,
-            **{f"n{n}": 1 for n in range(2, v + 1)},
-        }
-    stored = history(spark, target)
+        assert_two_writers_current(spark, target, v)
+    assert_two_writers_stored(spark, target, 4)
+    assert current(spark, target)["a"] == (4, D2, FLOWB, 4, False)
+
+
+def assert_two_writers_current(spark, t, v: int) -> None:  # type: ignore[no-untyped-def]
+    """Current state's versions after rounds 2..``v`` of ``two_writers_round``."""
+    assert {k: c[0] for k, c in current(spark, t).items()} == {
+        "a": v,
+        "b": v,
+        **{f"n{n}": 1 for n in range(2, v + 1)},
+    }
+
+
+def assert_two_writers_stored(spark, t, last: int) -> None:  # type: ignore[no-untyped-def]
+    """Current state, history (each version once) and positions after rounds 2..``last`` of
+    ``two_writers_round``."""
+    assert_two_writers_current(spark, t, last)
+    stored = history(spark, t)
     assert stored == sorted(set(stored))  # no version twice
     assert stored == sorted(
-        [("a", v) for v in (1, 2, 3, 4)]
-        + [("b", v) for v in (1, 2, 3, 4)]
-        + [("n2", 1), ("n3", 1), ("n4", 1)]
+        [("a", v) for v in range(1, last + 1)]
+        + [("b", v) for v in range(1, last + 1)]
+        + [(f"n{n}", 1) for n in range(2, last + 1)]
     )
-    assert current(spark, target)["a"] == (4, D2, FLOWB, 4, False)
-    assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (4 + 100 + 3 * 100, 5)}
+    new_keys = last - 1  # n2..n<last>, 100 each; a's quantity is its version
+    assert positions(spark, t) == {(D2, FLOWB, "AAPL"): (last + 100 + new_keys * 100, 2 + new_keys)}
 
 
 def test_a_layer_whose_batches_repeat_many_keys_ranks_the_next_in_the_pass_and_back(  # type: ignore[no-untyped-def]
@@ -445,18 +454,7 @@ def test_two_jobs_on_the_engine_committing_at_once_both_apply(spark, target) -> 
     assert [json.loads(line)["accepted"] for line in run.stdout.splitlines()] == [[3, 3]] * 3
     # Both writers started each round together: at least one commit was refused and retried.
     assert "[write] concurrent commit to the batch layer of trades (DELTA_" in run.stderr
-    last = rounds + 1
-    assert {k: c[0] for k, c in current(spark, target).items()} == {
-        "a": last,
-        "b": last,
-        **{f"n{n}": 1 for n in range(2, last + 1)},
-    }
-    assert history(spark, target) == sorted(
-        [("a", v) for v in range(1, last + 1)]
-        + [("b", v) for v in range(1, last + 1)]
-        + [(f"n{n}", 1) for n in range(2, last + 1)]
-    )
-    assert positions(spark, target) == {(D2, FLOWB, "AAPL"): (last + 100 + 3 * 100, 5)}
+    assert_two_writers_stored(spark, target, rounds + 1)
 
 
 @pytest.mark.parametrize("large", [False, True], ids=["small", "large"])

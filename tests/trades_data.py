@@ -46,3 +46,13 @@ def trade(
 
 def frame(spark, rows: list[tuple[Any, ...]]):  # type: ignore[no-untyped-def]
     return spark.createDataFrame(rows, raw_schema(FLOW))
+
+
+def two_writers_round(v: int) -> list[tuple[Any, ...]]:
+    """Round ``v`` (2, 3, ...) of two writers carrying the same versions at once, over ``a``
+    and ``b`` at version 1: both amended to ``v`` (``a``'s quantity ``v``), ``n<v>`` new."""
+    return [
+        trade("a", v, event="AMEND", quantity=v),
+        trade("b", v, event="AMEND"),
+        trade(f"n{v}", 1),
+    ]

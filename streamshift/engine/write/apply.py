@@ -174,8 +174,12 @@ def is_conflict(exc: BaseException) -> bool:
     apply read), raised in a session of the job's own or through Spark Connect."""
     if isinstance(exc, tuple(getattr(delta.exceptions, name) for name in DELTA_CONFLICTS)):
         return True
-    condition = exc.getCondition() if isinstance(exc, PySparkException) else None
-    return (condition or "").split(".")[0] in DELTA_CONFLICT_CONDITIONS
+    return (_condition(exc) or "").split(".")[0] in DELTA_CONFLICT_CONDITIONS
+
+
+def _condition(exc: BaseException) -> str | None:
+    """Spark's error condition of ``exc`` (``DELTA_CONCURRENT_APPEND.WITH_PARTITION_HINT``)."""
+    return exc.getCondition() if isinstance(exc, PySparkException) else None
 
 
 def apply_changes(
@@ -221,17 +225,17 @@ def apply_changes(
         except Exception as exc:
             if not is_conflict(exc):
                 raise
-            what = exc.getCondition() if isinstance(exc, PySparkException) else None
+            what = _condition(exc) or type(exc).__name__
             if attempt == COMMIT_ATTEMPTS:
                 raise WriteConflictError(
                     f"{target.tables.layer} layer of {flow.name}: another writer kept "
-                    f"committing through {COMMIT_ATTEMPTS} attempts ({what or type(exc).__name__}); "
+                    f"committing through {COMMIT_ATTEMPTS} attempts ({what}); "
                     "run the job again (it is idempotent)"
                 ) from exc
             delay = min(30.0, 0.5 * 2 ** (attempt - 1)) * (0.5 + random.random())
             print(
                 f"[write] concurrent commit to the {target.tables.layer} layer of {flow.name} "
-                f"({what or type(exc).__name__}); applying again in {delay:.1f}s "
+                f"({what}); applying again in {delay:.1f}s "
                 f"(attempt {attempt + 1} of {COMMIT_ATTEMPTS})",
                 file=sys.stderr,
                 flush=True,
