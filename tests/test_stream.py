@@ -39,6 +39,15 @@ def day(tmp_path_factory):  # type: ignore[no-untyped-def]
     return generate_day(DAY, 600, tmp_path_factory.mktemp("stream-day"), seed=21, progress=False)
 
 
+def stats_columns(path: str) -> set[str]:
+    """The columns the statistics of the Delta table's files hold (from its log)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    adds = pa.RecordBatchReader.from_stream(DeltaTable(path).get_add_actions(flatten=True))
+    return {c.removeprefix("null_count.") for c in adds.schema.names if c.startswith("null_count.")}
+
+
 def _send_raw(settings, topic: str, messages: list[tuple[bytes | None, bytes | None]]) -> None:  # type: ignore[no-untyped-def]
     from confluent_kafka import Producer
 
@@ -71,7 +80,13 @@ def test_stream_and_eod_batch_reach_the_same_state(
     monkeypatch.setattr(heartbeat, "update_heartbeat", recorded)
     flow = FLOW
     day = get_generator(flow.name)(DAY, 600, tmp_path / "day", seed=21, progress=False)
-    settings = isolated(kafka_settings, tmp_path / "home", max_offsets_per_trigger=250)
+    # Each batch's share of a partition (about 83 events) read by tasks of at most 40.
+    settings = isolated(
+        kafka_settings,
+        tmp_path / "home",
+        max_offsets_per_trigger=250,
+        kafka_max_records_per_partition=40,
+    )
     topic = new_topic(flow.name)
     ensure_topic(settings, topic, partitions=3)
     rows = shuffled_day(day, seed=3, flow=flow)
@@ -94,6 +109,9 @@ def test_stream_and_eod_batch_reach_the_same_state(
     assert got_stream["current"] == got_batch["current"] == expected["current"]
     assert got_stream["positions"] == got_batch["positions"] == expected["positions"]
     assert got_stream["history"] == got_batch["history"] == expected["history"]
+    # Files of the flow's rows carry statistics of the key and the version only.
+    for path in (stream.tables.current, stream.tables.history):
+        assert stats_columns(path) == {flow.key, flow.version}, path
 
     # The heartbeat and per-batch progress were written for `streamshift status`.
     from streamshift.store.heartbeat import progress_path, read_progress, read_status

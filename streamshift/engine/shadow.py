@@ -37,7 +37,7 @@ from streamshift.engine.jobs.serve import layer_name
 from streamshift.engine.recon import ensure_recon_tables, new_run_id
 from streamshift.engine.write.apply import apply_changes
 from streamshift.engine.write.commits import append, overwrite
-from streamshift.engine.write.target import Target, ensure_table, is_table, read, state_schema
+from streamshift.engine.write.target import Target, ensure_state_table, is_table, read
 from streamshift.engine.write.transforms import (
     checked_changes,
     latest_per_key,
@@ -247,9 +247,7 @@ def build_shadow(spark: SparkSession, settings: Settings, flow: Flow) -> ShadowR
         kept, moved = reapply_history(spark, flow, live, target, f"shadow:v{version}")
         result.reference = target.reference_digest
         if is_table(spark, live.redeliveries):
-            ensure_table(
-                spark, target.tables.redeliveries, state_schema(spark, flow), (flow.business_date,)
-            )
+            ensure_state_table(spark, flow, target.tables.redeliveries)
         for source, into in (
             (live.redeliveries, target.tables.redeliveries),
             (live.quarantine, target.tables.quarantine),

@@ -497,6 +497,7 @@ def kafka_stream(spark: SparkSession, settings: Settings, topic: str) -> DataFra
         .option("includeHeaders", "true")
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+        .option("maxRecordsPerPartition", str(settings.kafka_max_records_per_partition))
         .load()
     )
 

@@ -55,9 +55,8 @@ from streamshift.engine.write.steps import Steps, Timer
 from streamshift.engine.write.target import (
     Target,
     delta_log_version,
-    ensure_table,
+    ensure_state_table,
     read,
-    state_schema,
 )
 from streamshift.engine.write.transforms import (
     FIRST_VERSION,
@@ -625,7 +624,7 @@ def _record_redeliveries(
         rows = rows.unionByName(firsts.join(held, joined, "left_semi"))
     if conflicts:
         rows = by_key_version(flow, rows, conflicts, "left_anti")
-    ensure_table(spark, tables.redeliveries, state_schema(spark, flow), (flow.business_date,))
+    ensure_state_table(spark, flow, tables.redeliveries)
     on = same_columns([key, version]) & same_delivery() & within(key, key_range, "t")
     merge_into(tables.redeliveries, rows, on, insert="*")
 

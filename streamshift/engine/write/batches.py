@@ -38,10 +38,9 @@ from streamshift.engine.write.predicates import (
 from streamshift.engine.write.steps import Steps
 from streamshift.engine.write.target import (
     delta_log_version,
-    ensure_table,
+    ensure_state_table,
     is_little,
     read,
-    state_schema,
 )
 from streamshift.engine.write.transforms import EOD_SOURCES, REPLACEMENT_SOURCE, content_hash
 from streamshift.engine.write.views import (
@@ -323,7 +322,7 @@ def _drop_second_copies(
     if not rows:
         return
     later = spark.createDataFrame(rows, stored.schema)
-    ensure_table(spark, tables.redeliveries, state_schema(spark, flow), (flow.business_date,))
+    ensure_state_table(spark, flow, tables.redeliveries)
     pair = same_columns([key, version])
     merge_into(tables.redeliveries, later, pair & same_delivery(), insert="*")
     # the very copy: its stamp and delivery (the first copy has another of either)
