@@ -165,7 +165,7 @@ def test_views_recomputed_from_current_state_read_either_way_agree(  # type: ign
     read through deltalake in the apply's process, or through Spark where that cannot be (too
     many groups, or a table deltalake fails on: said, then Spark for that table until a wait
     is over, then deltalake again)."""
-    from streamshift.engine.write import views
+    from streamshift.engine.write import local_reads, views
 
     if read_by == "spark: many groups":
         monkeypatch.setattr(views, "READ_HERE_GROUPS", 0)
@@ -176,7 +176,7 @@ def test_views_recomputed_from_current_state_read_either_way_agree(  # type: ign
 
         readable = views.delta_rows.latest_rows
         monkeypatch.setattr(views.delta_rows, "latest_rows", unreadable)
-        monkeypatch.setattr(views, "_NOT_READ_HERE", {})
+        monkeypatch.setattr(local_reads, "_NOT_READ_HERE", {})
     apply = lambda rows: apply_changes(FLOW, frame(spark, rows), "test", target)
     apply([trade(k, 1, quantity=q) for k, q in (("a", 10), ("b", 20), ("c", 30))])
     apply([trade("e", 1, date=D1, book=DELTA1, quantity=5)])
@@ -198,9 +198,9 @@ def test_views_recomputed_from_current_state_read_either_way_agree(  # type: ign
     if read_by == "spark: unreadable":
         # Once the wait is over, the table is read through deltalake again.
         monkeypatch.setattr(views.delta_rows, "latest_rows", readable)
-        monkeypatch.setattr(views, "READ_HERE_AGAIN_AFTER", 0.0)
+        monkeypatch.setattr(local_reads, "READ_HERE_AGAIN_AFTER", 0.0)
         result = apply([trade("d", 2, event="AMEND", quantity=41)])
-        assert result.views_read == "deltalake" and not views._NOT_READ_HERE
+        assert result.views_read == "deltalake" and not local_reads._NOT_READ_HERE
         assert positions(spark, target)[(D2, FLOWB, "AAPL")] == (11 + 41, 2)
 
 
@@ -214,7 +214,7 @@ def test_a_small_batchs_history_lookup_reads_the_same_rows_through_deltalake_or_
     behind included, a copy the repair deleted not; no row at all for keys never stored."""
     from pyspark.sql import functions as F
 
-    from streamshift.engine.write import batches, views
+    from streamshift.engine.write import batches, local_reads
     from streamshift.engine.write.commits import append
 
     apply = lambda rows: apply_changes(FLOW, frame(spark, rows), "test", target)
@@ -271,7 +271,7 @@ def test_a_small_batchs_history_lookup_reads_the_same_rows_through_deltalake_or_
         raise OSError("no such reader feature")
 
     monkeypatch.setattr(batches.delta_rows, "all_rows", unreadable)
-    monkeypatch.setattr(views, "_NOT_READ_HERE", {})
+    monkeypatch.setattr(local_reads, "_NOT_READ_HERE", {})
     assert lookup(keys) == after == lookup(keys)
     assert reads[-2:] == ["spark", "spark"]
     assert capfd.readouterr().err.count("min (OSError: no such reader feature)") == 1

@@ -130,8 +130,8 @@ def tuning_conf(settings: Settings) -> dict[str, str]:
         "spark.databricks.delta.merge.repartitionBeforeWrite.enabled": "true",
         "spark.sql.adaptive.enabled": "true",
         # The write path caches each batch once, in Spark's columnar cache; compressing it
-        # costs a large batch a third of what caching adds to its validate step, for a cache
-        # 1.6x the size (230 MB for a million trades): bench/decode_cost.py --front.
+        # costs a large batch 30 % of what caching adds to its validate step, against a cache
+        # 1.6x the size (230 MB for a million-row batch): bench/decode_cost.py --front.
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
         "spark.ui.enabled": str(settings.spark_ui).lower(),
         "spark.python.sql.dataFrameDebugging.enabled": str(

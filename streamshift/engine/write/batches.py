@@ -24,6 +24,12 @@ from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 
 from streamshift.engine.write.commits import append, merge_into
+from streamshift.engine.write.local_reads import (
+    as_spark_reads,
+    may_read_here,
+    read_here_failed,
+    read_here_succeeded,
+)
 from streamshift.engine.write.predicates import (
     CONTENT,
     DELIVERED,
@@ -43,12 +49,6 @@ from streamshift.engine.write.target import (
     read,
 )
 from streamshift.engine.write.transforms import EOD_SOURCES, REPLACEMENT_SOURCE, content_hash
-from streamshift.engine.write.views import (
-    as_spark_reads,
-    may_read_here,
-    read_here_failed,
-    read_here_succeeded,
-)
 from streamshift.spec import sqltext as sql
 from streamshift.spec.catalog import LATE_EVENTS_SCHEMA, LayerTables
 from streamshift.spec.contract import APPLIED_AT, SOURCE, SOURCE_REF

@@ -15,17 +15,20 @@ commit came between, so the last writer to MERGE a group computed it from the la
 from __future__ import annotations
 
 import datetime as dt
-import json
-import sys
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
 
 from streamshift.engine.write.commits import merge_into
+from streamshift.engine.write.local_reads import (
+    as_spark_reads,
+    may_read_here,
+    read_here_failed,
+    read_here_succeeded,
+)
 from streamshift.engine.write.predicates import isin, same_columns
 from streamshift.engine.write.steps import Steps
 from streamshift.engine.write.target import delta_log_version, partition_bytes, read
@@ -139,45 +142,6 @@ def refresh_views(
 READ_HERE_GROUPS = 1_000
 READ_HERE_BYTES = 16 * 1024 * 1024
 READ_HERE_ROWS = 100_000
-# A table deltalake failed on is read by Spark, then by deltalake again once this long has
-# passed (a failure may be passing: a file being replaced, a full disk).
-READ_HERE_AGAIN_AFTER = 600.0
-_NOT_READ_HERE: dict[str, float] = {}  # table -> when deltalake last failed on it (monotonic)
-
-
-def may_read_here(path: str) -> bool:
-    """Whether the table at ``path`` may be read through deltalake in this process: on a local
-    disk, and deltalake has not failed on it in the last ``READ_HERE_AGAIN_AFTER`` seconds."""
-    failed_at = _NOT_READ_HERE.get(path)
-    lately = failed_at is not None and time.monotonic() - failed_at < READ_HERE_AGAIN_AFTER
-    return ("://" not in path or path.startswith("file://")) and not lately
-
-
-def read_here_failed(path: str, exc: Exception) -> None:
-    """Spark reads the table at ``path`` for the next ``READ_HERE_AGAIN_AFTER`` seconds; the
-    job's log says so once."""
-    _NOT_READ_HERE[path] = time.monotonic()
-    print(
-        f"[write] {path}: read through Spark for the next {READ_HERE_AGAIN_AFTER / 60:.0f} "
-        f"min ({type(exc).__name__}: "
-        f"{str(exc).splitlines()[0] if str(exc) else ''})",
-        file=sys.stderr,
-        flush=True,
-    )
-
-
-def read_here_succeeded(path: str) -> None:
-    _NOT_READ_HERE.pop(path, None)
-
-
-def as_spark_reads(schema_json: str, rows: pa.Table) -> tuple[StructType, pa.Table]:
-    """(schema, rows): a deltalake read's Delta schema as Spark's and its rows cast to the
-    Arrow types Spark gives that schema (pyarrow has no kernels for deltalake's string_view
-    columns, and timestamps are UTC), ready for ``spark.createDataFrame(rows, schema)``."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    schema = StructType.fromJson(json.loads(schema_json))
-    return schema, rows.cast(to_arrow_schema(schema, timezone="UTC"))
 
 
 def groups_read_here(
