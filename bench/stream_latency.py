@@ -35,7 +35,12 @@ bounded, measured amount behind the serving path.
 ``--corrections`` makes the measured events amend warm-up trades instead of adding new ones;
 with ``--rate 0.1 --sample-every 1`` each is a quiet stream's lone correction in a batch of its own.
 
+``--rounds N`` runs the whole comparison N times, each on a broker, topics and homes of its
+own, the pipelines' order reversed every other round (a pipeline run later can gain from the
+broker's and the page cache's warm-up), and prints each round's ratios and their medians.
+
 Run: .venv/bin/python bench/stream_latency.py [--rate 1000] [--seconds 120] [--pipelines ...]
+     [--rounds N]
 """
 
 from __future__ import annotations
@@ -566,20 +571,9 @@ def _check_serving(settings: Settings, served_topic: str) -> None:
     )
 
 
-def main() -> int:
-    args = parser(__doc__, 120.0, ["floor", "streamshift"]).parse_args()
-    pipelines, results, _ = run(args)
-    n_events = int(args.rate * args.seconds)
-    print(
-        f"\nproduced:     {n_events} {'corrections' if args.corrections else 'events'} at "
-        f"{args.rate:g}/s for {args.seconds:.0f}s "
-        f"per pipeline (trigger {args.trigger}"
-        + (f"; streamshift: trigger {args.stream_trigger}" if args.stream_trigger else "")
-        + (f", nice {args.stream_nice}" if args.stream_nice else "")
-        + ")"
-    )
-    for name, result in results.items():
-        _report(pipelines[name], result)
+def _ratios(results: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Each streamshift or serving pipeline's p50 and p99 over each floor's, of one run."""
+    ratios: dict[str, float] = {}
     for name in (
         "streamshift",
         "streamshift-cold",
@@ -592,9 +586,54 @@ def main() -> int:
                 for q, goal in ((0.50, "p50"), (0.99, "p99")):
                     ours = _percentile(results[name]["latencies"], q)
                     floor = _percentile(results[floor_name]["latencies"], q)
-                    print(
-                        f"{goal} {name} / {floor_name}: {ours:.2f} / {floor:.2f} = {ours / floor:.2f}"
-                    )
+                    label = f"{goal} {name} / {floor_name}"
+                    print(f"{label}: {ours:.2f} / {floor:.2f} = {ours / floor:.2f}")
+                    ratios[label] = ours / floor
+    return ratios
+
+
+def main() -> int:
+    cli = parser(__doc__, 120.0, ["floor", "streamshift"])
+    cli.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run the comparison this many times, the pipelines' order reversed every other "
+        "round; prints each round's ratios and their medians",
+    )
+    args = cli.parse_args()
+    n_events = int(args.rate * args.seconds)
+    by_round: list[dict[str, float]] = []
+    for round_ in range(args.rounds):
+        order = args.pipelines if round_ % 2 == 0 else list(reversed(args.pipelines))
+        workdir = args.workdir / f"round-{round_ + 1}" if args.workdir and args.rounds > 1 else None
+        pipelines, results, _ = run(
+            argparse.Namespace(
+                **{**vars(args), "pipelines": order, "workdir": workdir or args.workdir}
+            )
+        )
+        print(
+            (
+                f"\nround {round_ + 1} of {args.rounds} ({' then '.join(order)})\n"
+                if args.rounds > 1
+                else "\n"
+            )
+            + f"produced:     {n_events} {'corrections' if args.corrections else 'events'} at "
+            f"{args.rate:g}/s for {args.seconds:.0f}s "
+            f"per pipeline (trigger {args.trigger}"
+            + (f"; streamshift: trigger {args.stream_trigger}" if args.stream_trigger else "")
+            + (f", nice {args.stream_nice}" if args.stream_nice else "")
+            + ")"
+        )
+        for name, result in results.items():
+            _report(pipelines[name], result)
+        by_round.append(_ratios(results))
+    if args.rounds > 1:
+        print(f"\nmedians of {args.rounds} rounds:")
+        for label in by_round[0]:
+            values = [r[label] for r in by_round if label in r]
+            each = ", ".join(f"{v:.2f}" for v in values)
+            print(f"{label}: {statistics.median(values):.2f} ({each})")
     return 0
 
 
