@@ -6,7 +6,7 @@ One Spark session loads a generated day of ``--trades`` trades through ``run_eod
 its history rows (the layer's 23 columns, read once and cached) to new tables of each kind,
 alternating, ``--repeat`` times, as one task each (a date's rows are one task's in the write
 path's MERGEs). It prints the median seconds per write, their ratio, and how many columns
-each table's statistics hold (read from the Delta log through deltalake).
+each table's statistics hold (``store.tables.stats_columns``).
 
 Run: .venv/bin/python bench/write_stats.py [--trades N] [--repeat R]
 """
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import statistics
 import sys
 import time
@@ -37,18 +36,9 @@ from streamshift.engine.write.target import (
 )
 from streamshift.spec.registry import get_flow
 from streamshift.spec.settings import load_settings
+from streamshift.store.tables import stats_columns
 
 DAY = dt.date(2026, 11, 20)
-
-
-def stats_columns(path: Path) -> int:
-    """How many columns the statistics of the table's newest file hold (their null counts)."""
-    log = max((path / "_delta_log").glob("*.json"))
-    for line in log.read_text().splitlines():
-        action = json.loads(line)
-        if "add" in action:
-            return len(json.loads(action["add"]["stats"]).get("nullCount", {}))
-    return 0
 
 
 def main() -> int:
@@ -82,7 +72,7 @@ def main() -> int:
             rows.write.format("delta").mode("append").save(str(path))
             if round_:
                 seconds[name].append(time.perf_counter() - started)
-            held[name] = stats_columns(path)
+            held[name] = len(stats_columns(path))
         print(f"[bench] round {round_} done", flush=True)
     every = statistics.median(seconds["every column"])
     print(f"\n{count:,} rows of {len(rows.columns)} columns, one task, median of {args.repeat}:")

@@ -19,6 +19,7 @@ from streamshift.spec.registry import get_generator
 from streamshift.store.events import UNDECODABLE_RULES, dlq_topic, encode_event
 from streamshift.store.kafka import ensure_topic, producer_config
 from streamshift.store.produce import produce_rows, read_rows
+from streamshift.store.tables import stats_columns
 from tests.stream_support import (
     consume_all,
     drain,
@@ -37,15 +38,6 @@ DAY = dt.date(2026, 11, 20)
 @pytest.fixture(scope="module")
 def day(tmp_path_factory):  # type: ignore[no-untyped-def]
     return generate_day(DAY, 600, tmp_path_factory.mktemp("stream-day"), seed=21, progress=False)
-
-
-def stats_columns(path: str) -> set[str]:
-    """The columns the statistics of the Delta table's files hold (from its log)."""
-    import pyarrow as pa
-    from deltalake import DeltaTable
-
-    adds = pa.RecordBatchReader.from_stream(DeltaTable(path).get_add_actions(flatten=True))
-    return {c.removeprefix("null_count.") for c in adds.schema.names if c.startswith("null_count.")}
 
 
 def _send_raw(settings, topic: str, messages: list[tuple[bytes | None, bytes | None]]) -> None:  # type: ignore[no-untyped-def]

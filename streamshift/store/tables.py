@@ -192,6 +192,16 @@ def column_names(path: str | Path) -> list[str]:
     return [f.name for f in _registered(None, "t", path)[2].fields]
 
 
+def stats_columns(path: str | Path) -> set[str]:
+    """The columns whose statistics the table's files hold (from its log; no data read)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    adds = pa.RecordBatchReader.from_stream(DeltaTable(str(path)).get_add_actions(flatten=True))
+    prefix = "null_count."
+    return {c.removeprefix(prefix) for c in adds.schema.names if c.startswith(prefix)}
+
+
 def delta_tables(root: str | Path) -> list[Path]:
     """Every Delta table under ``root`` (a directory holding ``_delta_log``)."""
     return sorted(p.parent for p in Path(root).rglob("_delta_log") if p.is_dir())
