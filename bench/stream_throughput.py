@@ -10,7 +10,8 @@ and with the same ``maxOffsetsPerTrigger``:
     table (the latency floor's pipeline, bench/_floor_stream.py); ``decode+append`` decodes
     each batch with the flow's decode and appends the typed rows to a Delta table partitioned
     by date; ``decode+merge`` upserts the latest row per key of each batch into such a table
-    instead (one MERGE);
+    instead (one MERGE, written in its tasks as the write path writes a batch of 100,000
+    rows or more);
   * pipeline: the streaming job (decode, validate, history, current state, positions) with
     ``--available-now`` into an empty stream layer;
   * serving (unless ``--no-serving``): ``streamshift serve``'s query with ``--available-now``
@@ -44,7 +45,7 @@ from streamshift.engine.decode import decode
 from streamshift.engine.jobs.serve import progress_path as serve_progress_path
 from streamshift.engine.jobs.serve import run_serve
 from streamshift.engine.jobs.stream import kafka_stream, run_stream
-from streamshift.engine.spark import get_spark
+from streamshift.engine.spark import get_spark, written_in_tasks
 from streamshift.spec.contract import MALFORMED
 from streamshift.spec.registry import get_flow
 from streamshift.spec.settings import load_settings
@@ -112,14 +113,17 @@ def floors(flow, table: Path) -> dict[str, Callable]:  # type: ignore[no-untyped
         if not DeltaTable.isDeltaTable(batch.sparkSession, path):
             latest.limit(0).write.format("delta").partitionBy(flow.business_date).save(path)
         on = f"t.{flow.key} = s.{flow.key}"
-        (
-            DeltaTable.forPath(batch.sparkSession, path)
-            .alias("t")
-            .merge(latest.alias("s"), on)
-            .whenMatchedUpdateAll(f"s.{flow.version} >= t.{flow.version}")
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
+        # Each batch here is the whole topic, so it writes in its tasks as the write path
+        # writes a batch of that size (WRITE_IN_TASKS_FROM).
+        with written_in_tasks(batch.sparkSession):
+            (
+                DeltaTable.forPath(batch.sparkSession, path)
+                .alias("t")
+                .merge(latest.alias("s"), on)
+                .whenMatchedUpdateAll(f"s.{flow.version} >= t.{flow.version}")
+                .whenNotMatchedInsertAll()
+                .execute()
+            )
 
     return {"append": raw, "decode+append": append, "decode+merge": merge}
 

@@ -18,7 +18,7 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -249,8 +249,13 @@ INTERPRETED_CONF = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
 }
-_interpreting: dict[object, tuple[int, dict[str, str | None]]] = {}
-_interpreting_lock = threading.Lock()
+# Delta's MERGE writes its output in the tasks it has instead of one per partition value: the
+# kit's tuning repartitions by date (one file per date and batch, Delta's default), which puts
+# a large batch's rows of one date on one task, one core (bench/stream_throughput.py).
+IN_TASKS_CONF = {"spark.databricks.delta.merge.repartitionBeforeWrite.enabled": "false"}
+# Per (session, block's settings): how many blocks hold it, and what the session had before.
+_held: dict[tuple[object, str], tuple[int, dict[str, str | None]]] = {}
+_held_lock = threading.Lock()
 
 
 def _session_key(session: SparkSession) -> object:
@@ -262,31 +267,28 @@ def _session_key(session: SparkSession) -> object:
 
 
 @contextmanager
-def interpreted(*sessions: SparkSession) -> Iterator[None]:
-    """Run the block's queries in ``sessions`` without generated code.
-
-    On a few thousand rows, generating each query's Java, stripping it and compiling it with
-    Janino costs more driver time than the compiled code saves (bench/small_apply.py). The
-    setting is the session's, so it is counted per session: threads of one process may enter
-    at once, and the last to leave restores what the session had.
-    """
+def _session_conf(conf: dict[str, str], *sessions: SparkSession) -> Iterator[None]:
+    """Run the block with ``conf`` set in ``sessions``. The settings are the session's, so
+    a block is counted per session: threads of one process may enter at once, and the last to
+    leave restores what the session had."""
+    block = ",".join(sorted(conf))
     unique = {_session_key(session): session for session in sessions}
     for key, session in unique.items():  # keyed by the JVM session: wrappers may differ
-        with _interpreting_lock:
-            count, saved = _interpreting.get(key, (0, {}))
+        with _held_lock:
+            count, saved = _held.get((key, block), (0, {}))
             if count == 0:
-                saved = {k: session.conf.get(k, None) for k in INTERPRETED_CONF}
-                for k, v in INTERPRETED_CONF.items():
+                saved = {k: session.conf.get(k, None) for k in conf}
+                for k, v in conf.items():
                     session.conf.set(k, v)
-            _interpreting[key] = (count + 1, saved)
+            _held[(key, block)] = (count + 1, saved)
     try:
         yield
     finally:
         for key, session in unique.items():
-            with _interpreting_lock:
-                count, saved = _interpreting.pop(key)
+            with _held_lock:
+                count, saved = _held.pop((key, block))
                 if count > 1:
-                    _interpreting[key] = (count - 1, saved)
+                    _held[(key, block)] = (count - 1, saved)
                     continue
                 for name, value in saved.items():
                     if value is None:
@@ -295,10 +297,25 @@ def interpreted(*sessions: SparkSession) -> Iterator[None]:
                         session.conf.set(name, value)
 
 
+def interpreted(*sessions: SparkSession) -> AbstractContextManager[None]:
+    """Run the block's queries in ``sessions`` without generated code.
+
+    On a few thousand rows, generating each query's Java, stripping it and compiling it with
+    Janino costs more driver time than the compiled code saves (bench/small_apply.py).
+    """
+    return _session_conf(INTERPRETED_CONF, *sessions)
+
+
 def is_interpreted(session: SparkSession) -> bool:
     """Whether a block of :func:`interpreted` holds ``session`` now."""
-    with _interpreting_lock:
-        return _session_key(session) in _interpreting
+    with _held_lock:
+        return (_session_key(session), ",".join(sorted(INTERPRETED_CONF))) in _held
+
+
+def written_in_tasks(*sessions: SparkSession) -> AbstractContextManager[None]:
+    """Run the block's Delta MERGEs in ``sessions`` writing each task's rows where the task
+    is (:data:`IN_TASKS_CONF`): for a batch large enough that its files stay large."""
+    return _session_conf(IN_TASKS_CONF, *sessions)
 
 
 def describe_session(spark: SparkSession, profile: str | None = None) -> str:

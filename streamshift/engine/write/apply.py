@@ -28,7 +28,7 @@ import random
 import sys
 import time
 from collections.abc import Callable
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -39,7 +39,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from streamshift.engine.spark import interpreted
+from streamshift.engine.spark import interpreted, written_in_tasks
 from streamshift.engine.versions import ensure_deployed
 from streamshift.engine.write.batches import Batch, LargeBatch, SmallBatch
 from streamshift.engine.write.commits import merge_into
@@ -88,6 +88,10 @@ from streamshift.spec.sqltext import Sql
 # conditions (Delta prunes files by stats), and one collected history lookup that serves
 # both the touched groups and which versions history lacks; late events are appended.
 PRUNE_KEYS_BELOW = 2_000
+# Batches with at least this many accepted rows write each MERGE's rows in the tasks that hold
+# them, several files per date (``written_in_tasks``); smaller ones one file per date and batch,
+# through one task per date, which a large batch's date would keep on one core.
+WRITE_IN_TASKS_FROM = 100_000
 # A batch whose keys accepted more than once number at most this ranks those keys' rows
 # apart from the rest (``ranked_batch``); more, and the whole batch is ranked as one window.
 RANK_APART_AT_MOST = 5_000
@@ -412,7 +416,11 @@ def _apply_once(
             name, call = attempts.before_writes.pop()
             call(checked, dict(result.rejected_by_rule))
             timer.lap(name)
-        with Steps(timer) as steps:
+        in_tasks = result.accepted >= WRITE_IN_TASKS_FROM
+        with (
+            written_in_tasks(spark, checked.sparkSession) if in_tasks else nullcontext(),
+            Steps(timer) as steps,
+        ):
             if result.rejected:
                 steps.submit(
                     "quarantine",
