@@ -11,7 +11,7 @@ and with the same ``maxOffsetsPerTrigger``:
     each batch with the flow's decode and appends the typed rows to a Delta table partitioned
     by date; ``decode+merge`` upserts the latest row per key of each batch into such a table
     instead (one MERGE, written in its tasks as the write path writes a batch of 100,000
-    rows or more);
+    rows or more a date);
   * pipeline: the streaming job (decode, validate, history, current state, positions) with
     ``--available-now`` into an empty stream layer;
   * serving (unless ``--no-serving``): ``streamshift serve``'s query with ``--available-now``

@@ -646,35 +646,43 @@ def test_a_large_batch_counts_what_a_small_one_counts_and_writes_the_same(  # ty
 def test_a_large_batch_writes_a_date_in_its_tasks_and_the_session_gets_its_setting_back(  # type: ignore[no-untyped-def]
     spark, tmp_path, monkeypatch
 ) -> None:
-    """A batch of ``WRITE_IN_TASKS_FROM`` accepted rows or more writes each MERGE's rows in the
-    tasks that hold them (several files for its one date), a smaller one a file per date; both
-    hold the rows the input says, and the session's setting is back after each."""
+    """A batch of ``WRITE_IN_TASKS_FROM`` accepted rows or more per date writes each MERGE's
+    rows in the tasks that hold them (several files for its one date); a smaller one, or as
+    many rows over two dates, a file per date. Each holds the rows the input says, and the
+    session's setting is back after each."""
     from streamshift.engine.write import apply as apply_module
     from streamshift.engine.write.target import load_reference
 
     monkeypatch.setattr(apply_module, "PRUNE_KEYS_BELOW", 0)  # the large batch's path
+    monkeypatch.setattr(apply_module, "WRITE_IN_TASKS_FROM", 40)
     name = "spark.databricks.delta.merge.repartitionBeforeWrite.enabled"
     assert spark.conf.get(name) == "true"  # the kit's tuning: one file per date and batch
-    rows = [trade(f"k{i:02d}", 1, book=(FLOWB, DELTA1)[i % 2], quantity=i + 1) for i in range(40)]
-    expected = {f"k{i:02d}": (1, D2, (FLOWB, DELTA1)[i % 2], i + 1, False) for i in range(40)}
-    sums = {b: sum(i + 1 for i in range(40) if i % 2 == n) for n, b in enumerate((FLOWB, DELTA1))}
+    books = (FLOWB, DELTA1)
     files = {}
-    for path, at_least in (("in tasks", 40), ("one task", 41)):
-        monkeypatch.setattr(apply_module, "WRITE_IN_TASKS_FROM", at_least)
+    for path, n, dates in (("in tasks", 40, (D2,)), ("one task", 39, (D2,)), ("two", 40, (D1, D2))):
+        rows = [
+            trade(f"k{i:02d}", 1, date=dates[i % len(dates)], book=books[i % 2], quantity=i + 1)
+            for i in range(n)
+        ]
         target = Target(
             spark, FLOW, LayerTables(tmp_path / path, FLOW, "batch"), load_reference(spark, FLOW)
         )
         # four tasks of rows, as a batch read from several Kafka partitions or file splits
         apply_changes(FLOW, frame(spark, rows).repartition(4, "trade_id"), "test", target)
         assert spark.conf.get(name) == "true"
-        assert current(spark, target) == expected
-        assert history(spark, target) == sorted((k, 1) for k in expected)
-        assert positions(spark, target) == {(D2, b, "AAPL"): (sums[b], 20) for b in sums}
+        assert current(spark, target) == {r[0]: (1, r[3], r[5], int(r[8]), False) for r in rows}
+        assert history(spark, target) == sorted((r[0], 1) for r in rows)
+        sums: dict[tuple[str, str, str], tuple[int, int]] = {}
+        for r in rows:
+            q, c = sums.get((r[3], r[5], "AAPL"), (0, 0))
+            sums[(r[3], r[5], "AAPL")] = (q + int(r[8]), c + 1)
+        assert positions(spark, target) == sums
         files[path] = [
             len(spark.read.format("delta").load(table).inputFiles())
             for table in (target.tables.current, target.tables.history)
         ]
     assert files["one task"] == [1, 1]
+    assert files["two"] == [2, 2]  # one file for each date
     assert min(files["in tasks"]) >= 2, files
 
 

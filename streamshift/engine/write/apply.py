@@ -88,9 +88,11 @@ from streamshift.spec.sqltext import Sql
 # conditions (Delta prunes files by stats), and one collected history lookup that serves
 # both the touched groups and which versions history lacks; late events are appended.
 PRUNE_KEYS_BELOW = 2_000
-# Batches with at least this many accepted rows write each MERGE's rows in the tasks that hold
-# them, several files per date (``written_in_tasks``); smaller ones one file per date and batch,
-# through one task per date, which a large batch's date would keep on one core.
+# Batches with at least this many accepted rows per business date they hold write each
+# MERGE's rows in the tasks that hold them, several files per date (``written_in_tasks``);
+# the others one file per date and batch, through one task per date, which would keep a large
+# date on one core. Many dates spread over the tasks that way anyway, and in tasks each would
+# become a file per task.
 WRITE_IN_TASKS_FROM = 100_000
 # A batch whose keys accepted more than once number at most this ranks those keys' rows
 # apart from the rest (``ranked_batch``); more, and the whole batch is ranked as one window.
@@ -416,7 +418,8 @@ def _apply_once(
             name, call = attempts.before_writes.pop()
             call(checked, dict(result.rejected_by_rule))
             timer.lap(name)
-        in_tasks = result.accepted >= WRITE_IN_TASKS_FROM
+        dates = {r[flow.business_date] for r in by_group}
+        in_tasks = result.accepted >= WRITE_IN_TASKS_FROM * max(1, len(dates))
         with (
             written_in_tasks(spark, checked.sparkSession) if in_tasks else nullcontext(),
             Steps(timer) as steps,
