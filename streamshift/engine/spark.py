@@ -266,12 +266,17 @@ def _session_key(session: SparkSession) -> object:
     return session._jsparkSession.hashCode()
 
 
+def _block(conf: dict[str, str]) -> str:
+    """The key of a block of settings in ``_held``: its names."""
+    return ",".join(sorted(conf))
+
+
 @contextmanager
 def _session_conf(conf: dict[str, str], *sessions: SparkSession) -> Iterator[None]:
     """Run the block with ``conf`` set in ``sessions``. The settings are the session's, so
     a block is counted per session: threads of one process may enter at once, and the last to
     leave restores what the session had."""
-    block = ",".join(sorted(conf))
+    block = _block(conf)
     unique = {_session_key(session): session for session in sessions}
     for key, session in unique.items():  # keyed by the JVM session: wrappers may differ
         with _held_lock:
@@ -309,7 +314,7 @@ def interpreted(*sessions: SparkSession) -> AbstractContextManager[None]:
 def is_interpreted(session: SparkSession) -> bool:
     """Whether a block of :func:`interpreted` holds ``session`` now."""
     with _held_lock:
-        return (_session_key(session), ",".join(sorted(INTERPRETED_CONF))) in _held
+        return (_session_key(session), _block(INTERPRETED_CONF)) in _held
 
 
 def written_in_tasks(*sessions: SparkSession) -> AbstractContextManager[None]:
