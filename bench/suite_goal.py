@@ -12,15 +12,19 @@ carries several of them, merged (those count as the issue's own), or a mend's. T
 * sums the time each later issue's tests held a worker (set-up, call and tear-down) in a whole
   run (``--with-later``'s, or ``--durations LOG``: the output of ``bin/test --durations=0``),
   and its share of that run's wall: the suite runs on two workers kept busy to the end, so an
-  issue's tests add about half their worker time.
+  issue's tests add about half their worker time;
+* with ``--write-durations``, writes that whole run's time of every test (set-up, call and
+  tear-down) to ``tests/durations.json``, which orders the suite's runs (longest first).
 
-Run: .venv/bin/python bench/suite_goal.py [--with-later] [--durations LOG --no-run]
+Run: .venv/bin/python bench/suite_goal.py [--with-later [--write-durations]]
+     [--durations LOG --no-run]
      (a suite run: 25-30 min on a fast day)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import subprocess
@@ -113,6 +117,31 @@ def run_suite(with_later: bool) -> tuple[float, str]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def test_seconds(output: str) -> dict[str, float]:
+    """Each test's set-up, call and tear-down seconds in a ``--durations=0`` run's output."""
+    seconds: dict[str, float] = defaultdict(float)
+    for line in output.splitlines():
+        if m := DURATION.match(line):
+            # pytest-xdist's --dist loadgroup shows a grouped test as "<node id>@<group>"
+            seconds[re.sub(r"@\w+$", "", m[3])] += float(m[1])
+    return dict(seconds)
+
+
+def write_durations(output: str) -> None:
+    """``tests/durations.json`` from a whole run's output, longest first."""
+    seconds = test_seconds(output)
+    last = [line for line in output.splitlines() if " passed" in line and " in " in line]
+    source = (
+        "set-up, call and tear-down seconds of every test of a fresh clone's two-worker "
+        f"bin/test --durations=0 ({last[-1].strip('= ') if last else 'no summary'}; bench/suite_goal.py "
+        "--with-later --write-durations); only their order matters (longest first)"
+    )
+    ordered = dict(sorted(((k, round(v, 2)) for k, v in seconds.items()), key=lambda kv: -kv[1]))
+    path = ROOT / "tests" / "durations.json"
+    path.write_text(json.dumps({"source": source, "seconds": ordered}, indent=2) + "\n")
+    print(f"wrote {path.relative_to(ROOT)}: {len(ordered)} tests")
+
+
 def later_durations(output: str) -> None:
     """Each later issue's tests' worker time in a ``--durations=0`` run's ``output``, and its
     share of the run's wall."""
@@ -143,6 +172,11 @@ def main() -> int:
     parser.add_argument("--with-later", action="store_true", help="run the whole suite")
     parser.add_argument("--durations", type=Path, help="a whole run's --durations=0 output")
     parser.add_argument("--no-run", action="store_true", help="only read --durations")
+    parser.add_argument(
+        "--write-durations",
+        action="store_true",
+        help="write the whole run's test times to tests/durations.json",
+    )
     args = parser.parse_args()
     if not args.no_run:
         seconds, output = run_suite(args.with_later)
@@ -154,8 +188,12 @@ def main() -> int:
         )
         if args.with_later:
             later_durations(output)
+            if args.write_durations:
+                write_durations(output)
     if args.durations:
         later_durations(args.durations.read_text())
+        if args.write_durations:
+            write_durations(args.durations.read_text())
     return 0
 
 
