@@ -117,7 +117,13 @@ def run_suite(with_later: bool) -> tuple[float, str]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def test_seconds(output: str) -> dict[str, float]:
+def summary(output: str) -> str:
+    """pytest's last line ("217 passed, 1 warning in 1555.42s (0:25:55)") in a run's output."""
+    lines = [line for line in output.splitlines() if " passed" in line and " in " in line]
+    return lines[-1].strip("= ") if lines else "no summary"
+
+
+def seconds_by_test(output: str) -> dict[str, float]:
     """Each test's set-up, call and tear-down seconds in a ``--durations=0`` run's output."""
     seconds: dict[str, float] = defaultdict(float)
     for line in output.splitlines():
@@ -129,12 +135,11 @@ def test_seconds(output: str) -> dict[str, float]:
 
 def write_durations(output: str) -> None:
     """``tests/durations.json`` from a whole run's output, longest first."""
-    seconds = test_seconds(output)
-    last = [line for line in output.splitlines() if " passed" in line and " in " in line]
+    seconds = seconds_by_test(output)
     source = (
         "set-up, call and tear-down seconds of every test of a fresh clone's two-worker "
-        f"bin/test --durations=0 ({last[-1].strip('= ') if last else 'no summary'}; bench/suite_goal.py "
-        "--with-later --write-durations); only their order matters (longest first)"
+        f"bin/test --durations=0 ({summary(output)}; bench/suite_goal.py --with-later "
+        "--write-durations); only their order matters (longest first)"
     )
     ordered = dict(sorted(((k, round(v, 2)) for k, v in seconds.items()), key=lambda kv: -kv[1]))
     path = ROOT / "tests" / "durations.json"
@@ -148,7 +153,7 @@ def later_durations(output: str) -> None:
     held: dict[str, float] = defaultdict(float)
     tests: dict[str, set[str]] = defaultdict(set)
     total = 0.0
-    wall = None
+    wall = re.search(r" in ([\d.]+)s", summary(output))
     for line in output.splitlines():
         if m := DURATION.match(line):
             seconds, node, function = float(m[1]), m[3], m[4]
@@ -156,9 +161,10 @@ def later_durations(output: str) -> None:
             if issue := issue_of(function):
                 held[issue] += seconds
                 tests[issue].add(node)
-        elif m := re.search(r" in ([\d.]+)s", line):
-            wall = float(m[1])
-    print(f"the run's tests held the workers {total:,.0f} s; pytest's wall {wall or 0:,.0f} s")
+    print(
+        f"the run's tests held the workers {total:,.0f} s; pytest's wall "
+        f"{float(wall[1]) if wall else 0:,.0f} s"
+    )
     for issue in LATER:
         share = held[issue] / WORKERS
         print(
@@ -181,10 +187,9 @@ def main() -> int:
     if not args.no_run:
         seconds, output = run_suite(args.with_later)
         which = "the whole suite" if args.with_later else "the tests the house's issue found"
-        tail = [line for line in output.splitlines() if " in " in line and "passed" in line]
         print(
             f"{which}, from a fresh clone (set-up included): {seconds:,.0f} s "
-            f"({seconds / 60:.1f} min); pytest: {tail[-1].strip('= ') if tail else '?'}"
+            f"({seconds / 60:.1f} min); pytest: {summary(output)}"
         )
         if args.with_later:
             later_durations(output)
