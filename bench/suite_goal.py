@@ -26,13 +26,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+
+from _scratch import scratch
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKERS = 2
@@ -97,24 +97,21 @@ def deselect_expression() -> str:
 def run_suite(with_later: bool) -> tuple[float, str]:
     """The README's test command in a fresh clone of HEAD, every test timed: (seconds, its
     output)."""
-    work = Path(tempfile.mkdtemp(prefix="suite-goal-"))
-    try:
-        clone = work / "clone"
-        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-        command = ["bin/test", "--durations=0"]
-        if not with_later:
-            command += ["-k", deselect_expression()]
-        print(f"[suite_goal] {' '.join(command[:2])} in a fresh clone of HEAD ...", flush=True)
-        start = time.monotonic()
-        done = subprocess.run(command, check=False, cwd=clone, capture_output=True, text=True)
-        seconds = time.monotonic() - start
-        log = work.parent / "suite-goal-last.txt"
-        log.write_text(done.stdout + done.stderr)
-        if done.returncode != 0:
-            print(f"[suite_goal] the run failed ({done.returncode}); its output: {log}")
-        return seconds, done.stdout
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    work = scratch(None, "suite-goal-")  # the clone, removed when the bench exits
+    clone = work / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    command = ["bin/test", "--durations=0"]
+    if not with_later:
+        command += ["-k", deselect_expression()]
+    print(f"[suite_goal] {' '.join(command[:2])} in a fresh clone of HEAD ...", flush=True)
+    start = time.monotonic()
+    done = subprocess.run(command, check=False, cwd=clone, capture_output=True, text=True)
+    seconds = time.monotonic() - start
+    log = work.parent / "suite-goal-last.txt"  # kept: the last run's output
+    log.write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        print(f"[suite_goal] the run failed ({done.returncode}); its output: {log}")
+    return seconds, done.stdout
 
 
 def summary(output: str) -> str:
